@@ -1,0 +1,90 @@
+"""MPTs and DMMPTs: dynamic masking of well-mastered positive tokens (UloRL section 4).
+
+- An **MPT** (mastered positive token) is a response token whose response has
+  reward 1 and whose probability under the current policy is ``>= tau``.
+- **DMMPTs** masks the MPTs of response ``i`` only when its mean token entropy
+  ``H_i = (1/|o_i|) sum_t H_t`` is below the target entropy ``sigma``:
+  ``I(i, t) = [H_i < sigma] * [t is an MPT]``. Masked tokens give no gradient;
+  they still count in the loss denominator (Eq. 10, see ``loss.py``).
+
+Rewards are ``{0, 1}``; "reward 1" is tested as ``reward >= 1 - 1e-6`` to be
+robust to float round-off. All outputs are boolean and carry no gradient.
+
+Deviations from the paper: none in the rule itself. The paper computes the
+entropy of the whole response; with segment rollout we compute it at training
+time under the current policy over all the response's tokens (all segments),
+which is exactly the paper's ``H_i`` for the policy being updated.
+"""
+
+from __future__ import annotations
+
+from torch import Tensor
+
+from ulorl.algo._common import check_same_shape
+
+_REWARD_ONE_TOL = 1e-6
+
+
+def response_mean_entropy(entropy: Tensor, response_mask: Tensor) -> Tensor:
+    """Mean token entropy of each response, ``H_i`` of the paper.
+
+    Args:
+        entropy: ``(B, T)`` per-token full-vocabulary entropies.
+        response_mask: ``(B, T)`` bool (or 0/1), True on response tokens.
+
+    Returns:
+        ``(B,)`` mean entropy over each response's tokens (detached); 0 for a
+        response without tokens.
+    """
+    check_same_shape(entropy=entropy, response_mask=response_mask)
+    mask = response_mask.to(entropy.dtype)
+    total = (entropy.detach() * mask).sum(dim=-1)
+    return total / mask.sum(dim=-1).clamp(min=1)
+
+
+def mpt_mask(logprobs: Tensor, rewards: Tensor, response_mask: Tensor, tau: float) -> Tensor:
+    """Mastered positive tokens.
+
+    Args:
+        logprobs: ``(B, T)`` log-prob of each sampled token under the current policy.
+        rewards: ``(B,)`` reward of each response, in ``{0, 1}``.
+        response_mask: ``(B, T)`` bool, True on response tokens.
+        tau: probability threshold (paper: 0.99).
+
+    Returns:
+        ``(B, T)`` bool: reward-1 response, ``exp(logprob) >= tau``, response token.
+    """
+    check_same_shape(logprobs=logprobs, response_mask=response_mask)
+    if rewards.shape != logprobs.shape[:1]:
+        raise ValueError(f"rewards must be (B,)={tuple(logprobs.shape[:1])}, got {tuple(rewards.shape)}")
+    positive = (rewards.detach() >= 1 - _REWARD_ONE_TOL).unsqueeze(-1)  # (B, 1)
+    confident = logprobs.detach().exp() >= tau  # (B, T)
+    return positive & confident & response_mask.bool()
+
+
+def dmmpt_mask(
+    logprobs: Tensor,
+    entropy: Tensor,
+    rewards: Tensor,
+    response_mask: Tensor,
+    tau: float,
+    sigma: float,
+) -> Tensor:
+    """DMMPT mask: True = the token gives no gradient.
+
+    Args:
+        logprobs: ``(B, T)`` log-prob of each sampled token under the current policy.
+        entropy: ``(B, T)`` per-token full-vocabulary entropy under the current policy.
+        rewards: ``(B,)`` reward of each response, in ``{0, 1}``.
+        response_mask: ``(B, T)`` bool, True on response tokens.
+        tau: MPT probability threshold (paper: 0.99).
+        sigma: target entropy (paper: 0.2); responses with mean entropy
+            ``< sigma`` have their MPTs masked.
+
+    Returns:
+        ``(B, T)`` bool, True on the MPTs of low-entropy responses.
+    """
+    check_same_shape(logprobs=logprobs, entropy=entropy, response_mask=response_mask)
+    low_entropy = (response_mean_entropy(entropy, response_mask) < sigma).unsqueeze(-1)  # (B, 1)
+    return mpt_mask(logprobs, rewards, response_mask, tau) & low_entropy
+
