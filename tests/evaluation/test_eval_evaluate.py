@@ -1,0 +1,98 @@
+"""`evaluate` with a scripted engine (exact counts) and end to end with the tiny model; the CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+
+import pytest
+
+from ulorl.data import DataConfig, PromptRecord, load_prompts
+from ulorl.evaluation import EvalConfig, add_eval_arguments, evaluate, run_eval
+from ulorl.models import build_tiny_model, eos_token_ids, load_model, load_tokenizer
+from ulorl.rollout.engines import GenerationOutput, HFEngine
+from ulorl.tasks.chain import score_chain
+
+
+def chain_score(responses, gts, sources):
+    return [score_chain(r, g) for r, g in zip(responses, gts)]
+
+
+class ScriptedEngine:
+    """Returns, for each prefix, its scripted outputs in turn; records the batch sizes it was called with."""
+
+    def __init__(self, script: dict[tuple, list[GenerationOutput]]):
+        self.script = {k: list(v) for k, v in script.items()}
+        self.batches: list[int] = []
+
+    def generate(self, prefixes, max_new_tokens, params, seed=None):
+        self.batches.append(len(prefixes))
+        assert (params.temperature, params.top_p, params.top_k) == (0.85, 0.95, 20)
+        return [self.script[tuple(p)].pop(0) for p in prefixes]
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    path = build_tiny_model(tmp_path_factory.mktemp("tiny"))
+    return path, load_tokenizer(path)
+
+
+def out(tok, text: str, eos: bool = True) -> GenerationOutput:
+    ids = tok(text, add_special_tokens=False)["input_ids"] + ([tok.eos_token_id] if eos else [])
+    return GenerationOutput(tokens=ids, logprobs=[0.0] * len(ids), eos=eos)
+
+
+def test_evaluate_scripted_counts(tiny):
+    _, tok = tiny
+    p0 = PromptRecord(10, [1, 2], "p0", "3", "a")
+    p1 = PromptRecord(11, [1, 3], "p1", "5", "a")
+    script = {  # p0: 1 of 4 correct; p1: 2 correct, one correct-looking but truncated (no EOS -> 0)
+        (1, 2): [out(tok, "answer 3"), out(tok, "answer 4"), out(tok, "answer 1"), out(tok, "1 2 answer 9")],
+        (1, 3): [out(tok, "answer 5"), out(tok, "answer 5"), out(tok, "answer 5", eos=False), out(tok, "x")],
+    }
+    engine = ScriptedEngine(script)
+    cfg = EvalConfig(k=4, pass_k=[1, 2], batch_size=3, max_new_tokens=8)
+    res = evaluate(engine, tok, [p0, p1], cfg, chain_score, progress=False)
+    assert engine.batches == [3, 3, 2]  # 2 problems x 4 samples, 3 prefixes per call
+    assert [(p["prompt_id"], p["correct"], p["truncated"]) for p in res.per_problem] == [(10, 1, 0), (11, 2, 1)]
+    s = res.summary
+    assert s["avg@k"] == pytest.approx(3 / 8)
+    # pass@2: p0 1 - C(3,2)/C(4,2) = 0.5; p1 1 - C(2,2)/C(4,2) = 5/6; mean = 2/3
+    assert s["pass@2"] == pytest.approx((0.5 + 5 / 6) / 2)
+    assert s["pass@1"] == pytest.approx(3 / 8) and s["pass@4"] == 1.0
+    assert s["truncation_rate"] == pytest.approx(1 / 8)
+    # lengths in tokens, EOS included: p0 = 3 + 3 + 3 + 5 ("1 2 answer 9"+EOS); p1 = 3 + 3 + 2 (no EOS) + 2 ("x"+EOS)
+    # mean = (14 + 10) / 8 = 3
+    assert s["response_length/max"] == 5 and s["response_length/mean"] == pytest.approx(3.0)
+    d = json.loads(res.to_json())
+    assert d["summary"] == s and d["config"]["k"] == 4
+    md = res.to_markdown()
+    assert "| avg@k | 0.3750 |" in md and "| 11 | a | 2/4 |" in md
+
+
+def test_evaluate_end_to_end_tiny_model(tiny):
+    path, tok = tiny
+    model = load_model(path)
+    engine = HFEngine(model, tok.pad_token_id, eos_token_ids(model, tok))
+    prompts, _ = load_prompts(DataConfig(eval_size=3), tok, "eval")
+    cfg = EvalConfig(k=2, max_new_tokens=6, num_problems=2, batch_size=4)
+    res = evaluate(engine, tok, prompts, cfg, chain_score, progress=False)
+    s = res.summary
+    assert s["num_problems"] == 2 and len(res.per_problem) == 2
+    assert 0 <= s["avg@k"] <= s["pass@2"] <= 1 and set(s) >= {"pass@1", "pass@2", "truncation_rate"}
+    assert 1 <= s["response_length/mean"] <= s["response_length/max"] <= 6
+
+
+def test_run_eval_cli_writes_results_and_report(tiny, tmp_path):
+    path, _ = tiny
+    data = tmp_path / "set.jsonl"
+    data.write_text(json.dumps({"prompt": "chain start 1 mul 1 add 1 steps 1", "answer": "2"}) + "\n")
+    argv = ["--model", str(path), "--data", "builtin:chain", str(data), "--k", "2", "--num-problems", "2",
+            "--max-new-tokens", "4", "--output", str(tmp_path / "out")]
+    assert run_eval(add_eval_arguments(argparse.ArgumentParser()).parse_args(argv)) == 0
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert set(results["datasets"]) == {"builtin:chain", "set.jsonl"}
+    assert results["datasets"]["builtin:chain"]["summary"]["num_problems"] == 2
+    assert results["datasets"]["set.jsonl"]["summary"]["num_problems"] == 1
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## builtin:chain" in report and "## set.jsonl" in report

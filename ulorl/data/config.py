@@ -1,0 +1,66 @@
+"""`DataConfig`: where the prompts come from and how rows are read and checked."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+
+class DataFormat(str, Enum):
+    """How a source's rows are laid out (see docs/data.md)."""
+
+    AUTO = "auto"  # by extension/folder; schema (verl vs flat keys) from the columns
+    VERL = "verl"  # prompt = chat messages, answer = reward_model.ground_truth (parquet or jsonl)
+    JSONL = "jsonl"  # JSON lines with configurable keys
+    TRL = "trl"  # TRL-style `prompt` column (string or messages) + answer column (parquet, jsonl or folder)
+    DISK = "disk"  # a `datasets.save_to_disk` folder, configurable keys
+
+
+class BadRowPolicy(str, Enum):
+    ERROR = "error"  # raise DataError naming file, row and field
+    SKIP = "skip"  # skip the row and count it in the LoadReport
+
+
+BUILTIN_CHAIN = "builtin:chain"
+
+
+def _choice(name: str, value: str, enum: type[Enum]) -> None:
+    valid = [e.value for e in enum]
+    if value not in valid:
+        raise ValueError(f"data.{name}={value!r} is not one of {valid}")
+
+
+@dataclass
+class DataConfig:
+    """Prompt data for training and evaluation."""
+
+    train: str = BUILTIN_CHAIN  # builtin:chain | path to .parquet/.jsonl/save_to_disk folder
+    eval: str | None = BUILTIN_CHAIN  # same choices; None: no held-out evaluation
+    format: str = "auto"  # auto | verl | jsonl | trl | disk
+    prompt_key: str = "prompt"  # column holding the prompt (string or chat messages)
+    answer_key: str = "answer"  # for jsonl/trl/disk; verl uses reward_model.ground_truth (dotted paths allowed)
+    data_source_key: str = "data_source"  # column naming the source (default: the file's stem)
+    max_prompt_len: int = 512  # prompts longer than this (in tokens) are dropped and counted
+    on_bad_row: str = "error"  # error | skip
+    train_size: int = 4000  # built-in task only
+    eval_size: int = 200  # built-in task only
+    seed: int = 0  # built-in task seed (eval uses a different one) and shuffle seed
+    shuffle: bool = True  # shuffle the training prompts once at load time
+
+    def __post_init__(self) -> None:
+        if isinstance(self.format, DataFormat):
+            self.format = self.format.value
+        if isinstance(self.on_bad_row, BadRowPolicy):
+            self.on_bad_row = self.on_bad_row.value
+        _choice("format", self.format, DataFormat)
+        _choice("on_bad_row", self.on_bad_row, BadRowPolicy)
+        if not self.train:
+            raise ValueError("data.train must name a source (builtin:chain or a file/folder path)")
+        if self.eval == "":
+            raise ValueError("data.eval must name a source or be null")
+        for name in ("prompt_key", "answer_key", "data_source_key"):
+            if not getattr(self, name):
+                raise ValueError(f"data.{name} must be a non-empty column name (dotted paths allowed)")
+        for name in ("max_prompt_len", "train_size", "eval_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"data.{name} must be >= 1, got {getattr(self, name)}")

@@ -1,0 +1,139 @@
+"""Load prompts from any supported source into `PromptRecord`s (see docs/data.md).
+
+Sources: `builtin:chain` (the built-in task; the eval split uses a different seed
+than train), a `.parquet` / `.jsonl` file or a `datasets.save_to_disk` folder. Every
+row is validated first (bad rows raise `DataError` or are skipped and counted, per
+`on_bad_row`), then rendered with the tokenizer's chat template when it has one
+(plain text otherwise, contents joined by blank lines). Prompts longer than
+`max_prompt_len` tokens are dropped and counted, never truncated.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from ulorl.data.config import BUILTIN_CHAIN, DataConfig, DataFormat
+from ulorl.data.formats import Storage, detect_storage, read_rows
+from ulorl.data.records import DataError, LoadReport, PromptRecord, RowIssue
+from ulorl.data.validate import RowSchema, ValidRow, guess_schema, validate_row, verl_schema
+
+EVAL_SEED_OFFSET = 1_000_003  # built-in eval problems use seed + this, so they differ from train's
+BUILTINS = (BUILTIN_CHAIN,)
+
+
+@dataclass
+class RawSource:
+    """The rows of one source with how they were read (cleaning writes them back the same way)."""
+
+    name: str
+    rows: list[dict | RowIssue]
+    storage: Storage | None  # None for built-in sources
+    schema: RowSchema
+
+
+def _builtin_rows(source: str, cfg: DataConfig, split: str) -> list[dict]:
+    if source not in BUILTINS:
+        raise DataError(f"unknown built-in source {source!r}; valid: {list(BUILTINS)}")
+    from ulorl.tasks.chain import make_rows
+
+    if split == "train":
+        return make_rows(cfg.train_size, seed=cfg.seed, split="train")
+    return make_rows(cfg.eval_size, seed=cfg.seed + EVAL_SEED_OFFSET, split=split)
+
+
+def _storage_for(path: str, fmt: DataFormat) -> Storage:
+    if fmt is DataFormat.JSONL:
+        return Storage.JSONL
+    if fmt is DataFormat.DISK:
+        return Storage.DISK
+    return detect_storage(path)  # auto, verl and trl: parquet, jsonl or folder by name
+
+
+def read_source(source: str, cfg: DataConfig, split: str = "train") -> RawSource:
+    """Read a source's raw rows and decide its schema (no validation yet)."""
+    if source.startswith("builtin:"):
+        return RawSource(source, list(_builtin_rows(source, cfg, split)), None, verl_schema())
+    fmt = DataFormat(cfg.format)
+    storage = _storage_for(source, fmt)
+    rows = read_rows(source, storage, split)
+    if fmt is DataFormat.VERL:
+        schema = verl_schema(cfg.prompt_key, cfg.data_source_key)
+    elif fmt is DataFormat.AUTO:
+        first = next((r for r in rows if isinstance(r, dict)), None)
+        schema = guess_schema(first, cfg.prompt_key, cfg.answer_key, cfg.data_source_key)
+    else:
+        schema = RowSchema(cfg.prompt_key, cfg.answer_key, cfg.data_source_key)
+    return RawSource(source, rows, storage, schema)
+
+
+def validate_source(raw: RawSource, on_bad_row: str) -> tuple[list[ValidRow], LoadReport]:
+    """Validate every row; with on_bad_row='error' raise on the first bad row (counting the others)."""
+    report = LoadReport(source=raw.name, n_rows=len(raw.rows))
+    default_source = Path(raw.name).stem if raw.storage is not None else raw.name
+    valid, issues = [], []
+    for i, row in enumerate(raw.rows):
+        v = validate_row(row, i, raw.schema, default_source)
+        (issues if isinstance(v, RowIssue) else valid).append(v)
+    if issues and on_bad_row == "error":
+        more = f" ({len(issues) - 1} more bad rows)" if len(issues) > 1 else ""
+        raise DataError(f"{issues[0].message(raw.name)}{more}; fix the data or set data.on_bad_row=skip")
+    for issue in issues:
+        report.add_bad(issue)
+    return valid, report
+
+
+def render_prompt(tokenizer, messages: list[dict]) -> str:
+    """The prompt text: chat template with the generation prompt, or the contents joined (no template)."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+    return "\n\n".join(m["content"] for m in messages)
+
+
+def encode_prompts(tokenizer, texts: list[str]) -> list[list[int]]:
+    """Token ids of rendered prompts (special tokens added only when there is no chat template)."""
+    if not texts:
+        return []
+    special = not getattr(tokenizer, "chat_template", None)
+    return tokenizer(texts, add_special_tokens=special)["input_ids"]
+
+
+def load_source(source: str, tokenizer, cfg: DataConfig, split: str = "train") -> tuple[list[PromptRecord], LoadReport]:
+    """Load, validate, render and length-filter one source (no shuffling)."""
+    raw = read_source(source, cfg, split)
+    valid, report = validate_source(raw, cfg.on_bad_row)
+    rendered: list[tuple[ValidRow, str]] = []
+    for v in valid:
+        try:
+            rendered.append((v, render_prompt(tokenizer, v.messages)))
+        except Exception as e:  # the template rejected these messages (roles, order, ...)
+            issue = RowIssue(v.index, raw.schema.prompt_key, "bad_messages", "messages the chat template accepts",
+                             f"{type(e).__name__}: {e}")
+            if cfg.on_bad_row == "error":
+                raise DataError(issue.message(raw.name)) from e
+            report.add_bad(issue)
+    token_lists = encode_prompts(tokenizer, [t for _, t in rendered])
+    records = []
+    for (v, text), tokens in zip(rendered, token_lists):
+        if len(tokens) > cfg.max_prompt_len:
+            report.add_too_long(v.index)
+            continue
+        records.append(PromptRecord(v.index, list(tokens), text, v.answer, v.data_source, v.extra_info))
+    report.n_loaded = len(records)
+    return records, report
+
+
+def load_prompts(cfg: DataConfig, tokenizer, split: str = "train") -> tuple[list[PromptRecord], LoadReport]:
+    """The prompts of `cfg.train` (split='train', shuffled when cfg.shuffle) or `cfg.eval` (split='eval')."""
+    if split not in ("train", "eval"):
+        raise ValueError(f"split={split!r} is not one of ['train', 'eval']")
+    source = cfg.train if split == "train" else cfg.eval
+    if source is None:
+        raise ValueError("data.eval is null: there is no evaluation set to load")
+    records, report = load_source(source, tokenizer, cfg, split)
+    if not records:
+        raise DataError(f"{report.summary()}: no usable prompts")
+    if split == "train" and cfg.shuffle:
+        random.Random(cfg.seed).shuffle(records)
+    return records, report

@@ -1,0 +1,84 @@
+"""What loading produces: one `PromptRecord` per usable row, a `LoadReport`, and `DataError`.
+
+All validation happens at load time (before training starts), so reading records
+later can never fail mid-run.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+class DataError(ValueError):
+    """A dataset row (or file) that cannot be used; the message names file, row and field."""
+
+
+@dataclass
+class PromptRecord:
+    """One prompt ready for rollout.
+
+    `prompt_id` is the row's 0-based index in its source (stable across runs and
+    shuffles); `prompt_tokens` is the rendered prompt (chat template applied when the
+    tokenizer has one) and `prompt_text` the same prompt as text.
+    """
+
+    prompt_id: int
+    prompt_tokens: list[int]
+    prompt_text: str
+    ground_truth: str
+    data_source: str
+    extra_info: dict = field(default_factory=dict)
+
+
+@dataclass
+class RowIssue:
+    """Why one row is unusable: the field, what was expected and a reason key for counting."""
+
+    row: int
+    field: str
+    reason: str  # missing_field | wrong_type | empty_prompt | undecodable_text | bad_messages | invalid_json
+    expected: str
+    got: str = ""
+
+    def message(self, source: str) -> str:
+        got = f", got {self.got}" if self.got else ""
+        return f"{source}: row {self.row}, field '{self.field}': expected {self.expected}{got} [{self.reason}]"
+
+
+MAX_EXAMPLES = 5
+
+
+@dataclass
+class LoadReport:
+    """What happened to the rows of one source.
+
+    n_rows = n_loaded + n_skipped + n_too_long. `skipped_by_reason` counts bad rows by
+    reason key; `examples` keeps the first few bad-row messages; `too_long_ids` the
+    first few prompt ids dropped for exceeding `max_prompt_len`.
+    """
+
+    source: str
+    n_rows: int = 0
+    n_loaded: int = 0
+    n_skipped: int = 0
+    skipped_by_reason: dict[str, int] = field(default_factory=dict)
+    examples: list[str] = field(default_factory=list)
+    n_too_long: int = 0
+    too_long_ids: list[int] = field(default_factory=list)
+
+    def add_bad(self, issue: RowIssue) -> None:
+        self.n_skipped += 1
+        self.skipped_by_reason[issue.reason] = self.skipped_by_reason.get(issue.reason, 0) + 1
+        if len(self.examples) < MAX_EXAMPLES:
+            self.examples.append(issue.message(self.source))
+
+    def add_too_long(self, prompt_id: int) -> None:
+        self.n_too_long += 1
+        if len(self.too_long_ids) < MAX_EXAMPLES:
+            self.too_long_ids.append(prompt_id)
+
+    def summary(self) -> str:
+        """One line for logs."""
+        reasons = ", ".join(f"{k}={v}" for k, v in sorted(self.skipped_by_reason.items()))
+        return (f"{self.source}: {self.n_loaded}/{self.n_rows} rows loaded, {self.n_skipped} bad rows skipped"
+                f"{f' ({reasons})' if reasons else ''}, {self.n_too_long} prompts too long dropped")

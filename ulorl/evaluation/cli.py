@@ -1,0 +1,86 @@
+"""`ulorl eval --model PATH --data FILE [FILE ...]`: results.json and report.md in the output folder."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import fields
+from pathlib import Path
+
+from ulorl.data.config import DataConfig
+from ulorl.data.loaders import load_source
+from ulorl.evaluation.config import EvalConfig
+from ulorl.evaluation.evaluate import EvalResult, evaluate
+
+_DEFAULTS = {f.name: f.default for f in fields(EvalConfig) if f.name != "pass_k"}
+
+
+def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """Arguments of `ulorl eval` (defaults: the paper's evaluation protocol)."""
+    parser.add_argument("--model", default="builtin", help="local HF model folder or 'builtin' (default)")
+    parser.add_argument("--data", nargs="+", default=["builtin:chain"],
+                        help="one or more sources: builtin:chain, .parquet, .jsonl or save_to_disk folders")
+    parser.add_argument("--output", default="runs/eval", help="folder for results.json and report.md")
+    parser.add_argument("--k", type=int, default=_DEFAULTS["k"], help="samples per problem (paper: 32)")
+    parser.add_argument("--pass-k", type=int, nargs="+", default=[1, 8, 32], help="pass@k values to report (<= k)")
+    parser.add_argument("--temperature", type=float, default=_DEFAULTS["temperature"])
+    parser.add_argument("--top-p", type=float, default=_DEFAULTS["top_p"])
+    parser.add_argument("--top-k", type=int, default=_DEFAULTS["top_k"], help="-1: off")
+    parser.add_argument("--max-new-tokens", type=int, default=_DEFAULTS["max_new_tokens"])
+    parser.add_argument("--num-problems", type=int, default=None, help="evaluate the first N problems of each set")
+    parser.add_argument("--batch-size", type=int, default=_DEFAULTS["batch_size"], help="prefixes per engine call")
+    parser.add_argument("--seed", type=int, default=_DEFAULTS["seed"])
+    parser.add_argument("--format", default="auto", help="auto | verl | jsonl | trl | disk")
+    parser.add_argument("--prompt-key", default="prompt")
+    parser.add_argument("--answer-key", default="answer")
+    parser.add_argument("--data-source-key", default="data_source")
+    parser.add_argument("--max-prompt-len", type=int, default=4096)
+    parser.add_argument("--on-bad-row", default="error", help="error | skip")
+    parser.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--trust-remote-code", action="store_true")
+    return parser
+
+
+def _name(source: str) -> str:
+    return source if source.startswith("builtin:") else Path(source).name
+
+
+def run_eval(args: argparse.Namespace) -> int:
+    """Evaluate `args.model` on every `args.data` source; write results.json and report.md."""
+    from ulorl.models import eos_token_ids, load_model, load_tokenizer
+    from ulorl.reward import RewardConfig, RewardManager
+    from ulorl.rollout.engines import HFEngine
+
+    cfg = EvalConfig(k=args.k, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
+                     max_new_tokens=args.max_new_tokens, num_problems=args.num_problems, pass_k=list(args.pass_k),
+                     seed=args.seed, batch_size=args.batch_size)
+    data_cfg = DataConfig(format=args.format, prompt_key=args.prompt_key, answer_key=args.answer_key,
+                          data_source_key=args.data_source_key, max_prompt_len=args.max_prompt_len,
+                          on_bad_row=args.on_bad_row, eval_size=args.num_problems or DataConfig.eval_size,
+                          seed=args.seed, shuffle=False)
+    tokenizer = load_tokenizer(args.model, trust_remote_code=args.trust_remote_code)
+    sets = {}
+    for source in args.data:  # load (and validate) everything before the first sample is drawn
+        records, report = load_source(source, tokenizer, data_cfg, split="eval")
+        print(report.summary())
+        sets[_name(source)] = records
+    model = load_model(args.model, dtype=args.dtype, trust_remote_code=args.trust_remote_code, device=args.device)
+    engine = HFEngine(model, pad_id=tokenizer.pad_token_id, eos_ids=eos_token_ids(model, tokenizer),
+                      max_batch=args.batch_size)
+    results: dict[str, EvalResult] = {}
+    with RewardManager(RewardConfig()) as rm:
+        for name, records in sets.items():
+            results[name] = evaluate(engine, tokenizer, records, cfg, rm.score, name=name)
+            s = results[name].summary
+            print(f"{name}: avg@{cfg.k}={s['avg@k']:.4f} " + " ".join(
+                f"{k}={v:.4f}" for k, v in s.items() if k.startswith("pass@")) +
+                f" truncation_rate={s['truncation_rate']:.3f} mean_length={s['response_length/mean']:.1f}")
+    out = Path(args.output)
+    out.mkdir(parents=True, exist_ok=True)
+    payload = {"model": str(args.model), "datasets": {n: r.to_dict() for n, r in results.items()}}
+    (out / "results.json").write_text(json.dumps(payload, indent=2))
+    md = [f"# Evaluation of `{args.model}`", ""] + [r.to_markdown() for r in results.values()]
+    (out / "report.md").write_text("\n".join(md))
+    print(f"wrote {out / 'results.json'} and {out / 'report.md'}")
+    return 0

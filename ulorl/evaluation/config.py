@@ -1,0 +1,39 @@
+"""`EvalConfig`: the evaluation protocol (paper: 32 samples, temperature 0.85, top_p 0.95, top_k 20, avg@32)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass
+class EvalConfig:
+    """How to sample and score a held-out set."""
+
+    k: int = 32  # samples per problem (paper: 32)
+    temperature: float = 0.85  # paper's evaluation sampling
+    top_p: float = 0.95
+    top_k: int = 20  # -1: off
+    max_new_tokens: int = 1024  # responses without EOS within this budget count as truncated (reward 0)
+    num_problems: int | None = None  # None: every problem; else the first N
+    pass_k: list[int] = field(default_factory=lambda: [1, 8, 32])  # reported when <= k; pass@k always reported
+    seed: int = 0  # sampling seed (engine call i uses seed + i)
+    batch_size: int = 64  # prefixes (problems x samples) per engine call
+
+    def __post_init__(self) -> None:
+        for name in ("k", "max_new_tokens", "batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"eval.{name} must be >= 1, got {getattr(self, name)}")
+        if self.temperature <= 0:
+            raise ValueError(f"eval.temperature must be > 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"eval.top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ValueError(f"eval.top_k must be -1 (off) or >= 1, got {self.top_k}")
+        if self.num_problems is not None and self.num_problems < 1:
+            raise ValueError(f"eval.num_problems must be >= 1 or null, got {self.num_problems}")
+        if not self.pass_k or any(int(x) < 1 for x in self.pass_k):
+            raise ValueError(f"eval.pass_k must be a non-empty list of integers >= 1, got {self.pass_k}")
+
+    def reported_pass_k(self) -> list[int]:
+        """The pass@k' values reported: those in `pass_k` that are <= k, plus k itself."""
+        return sorted({int(x) for x in self.pass_k if int(x) <= self.k} | {self.k})

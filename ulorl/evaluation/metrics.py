@@ -1,0 +1,33 @@
+"""Evaluation metrics: the unbiased pass@k estimator, avg@k and response-length statistics."""
+
+from __future__ import annotations
+
+import numpy as np
+
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples with c correct: 1 - C(n-c, k) / C(n, k).
+
+    Computed in the numerically stable product form (Chen et al., 2021):
+    C(n-c, k) / C(n, k) = prod_{i=n-c+1}^{n} (1 - k / i), so no huge binomials appear.
+    """
+    if not 0 <= c <= n:
+        raise ValueError(f"need 0 <= c <= n, got n={n}, c={c}")
+    if not 1 <= k <= n:
+        raise ValueError(f"need 1 <= k <= n, got n={n}, k={k}")
+    if n - c < k:  # every k-subset contains a correct sample
+        return 1.0
+    return float(1.0 - np.prod(1.0 - k / np.arange(n - c + 1, n + 1)))
+
+
+def length_stats(lengths: list[int], prefix: str = "response_length") -> dict[str, float]:
+    """mean, p50, p90 and max of response lengths in tokens (verl-style names)."""
+    if not lengths:
+        return {f"{prefix}/{s}": 0.0 for s in ("mean", "p50", "p90", "max")}
+    a = np.asarray(lengths, dtype=np.float64)
+    return {
+        f"{prefix}/mean": float(a.mean()),
+        f"{prefix}/p50": float(np.percentile(a, 50)),
+        f"{prefix}/p90": float(np.percentile(a, 90)),
+        f"{prefix}/max": float(a.max()),
+    }
