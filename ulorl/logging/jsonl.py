@@ -1,0 +1,125 @@
+"""``metrics.jsonl``: the always-on metrics file of a run, its writer and its reader.
+
+Format: one JSON object per line, ``{"step": N, "<metric>": value, ...}``, in
+the order steps were logged. NaN and +-inf are written as ``null`` (JSON has no
+NaN), so every line parses with any JSON reader; readers get ``None`` back.
+
+Resume: ``JsonlLogger(path, resume_step=S)`` first rewrites the file keeping
+only lines with ``step <= S`` (the steps the resumed checkpoint has seen), so
+steps re-run after the checkpoint are not duplicated. Unparsable lines (a line
+cut short by a crash) are dropped with a warning. ``resume_step=None`` starts
+a fresh file; an existing non-empty file is moved to ``metrics.jsonl.bak``
+rather than silently destroyed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+from pathlib import Path
+from typing import IO, Any
+
+from ulorl.logging.base import check_step, json_value
+
+log = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+
+
+class JsonlLogger:
+    """Append one JSON line per step to ``path``, flushed after every line."""
+
+    def __init__(self, path: str | Path, resume_step: int | None = None) -> None:
+        self.path = Path(path)
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        if resume_step is None:
+            _start_fresh(self.path)
+        else:
+            truncate_after(self.path, check_step(resume_step))
+        self._file: IO[str] | None = open(self.path, "a", encoding="utf-8")
+
+    def log(self, metrics: dict[str, float], step: int) -> None:
+        if self._file is None:
+            raise RuntimeError(f"JsonlLogger({self.path}) is closed")
+        row: dict[str, Any] = {"step": check_step(step)}
+        for name, value in metrics.items():
+            if name == "step":
+                continue  # the step argument is authoritative
+            row[name] = json_value(name, value)
+        self._file.write(json.dumps(row, allow_nan=False) + "\n")
+        self._file.flush()
+
+    def close(self) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def _start_fresh(path: Path) -> None:
+    if path.exists() and path.stat().st_size > 0:
+        backup = path.with_name(path.name + ".bak")
+        log.warning("%s exists and this is not a resume; moving it to %s", path, backup)
+        os.replace(path, backup)
+    path.write_text("", encoding="utf-8")
+
+
+def truncate_after(path: Path, step: int) -> int:
+    """Rewrite ``path`` atomically keeping only lines with ``step <= step``; return lines kept."""
+    if not path.exists():
+        return 0
+    kept: list[str] = []
+    dropped = 0
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            row = _parse_line(line, path, lineno)
+            if row is None:
+                dropped += 1
+            elif row["step"] <= step:
+                kept.append(line if line.endswith("\n") else line + "\n")
+            else:
+                dropped += 1
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    tmp.write_text("".join(kept), encoding="utf-8")
+    os.replace(tmp, path)
+    if dropped:
+        log.info("%s: resumed at step %d, dropped %d later or unparsable line(s)", path, step, dropped)
+    return len(kept)
+
+
+def _parse_line(line: str, path: Path, lineno: int) -> dict[str, Any] | None:
+    """One parsed row, or ``None`` (with a warning naming file and line) when the line is bad."""
+    try:
+        row = json.loads(line)
+    except json.JSONDecodeError as e:
+        log.warning("%s:%d: skipping unparsable line (%s)", path, lineno, e.msg)
+        return None
+    step = row.get("step") if isinstance(row, dict) else None
+    if isinstance(step, bool) or not isinstance(step, int):
+        log.warning("%s:%d: skipping line without an integer 'step'", path, lineno)
+        return None
+    return row
+
+
+def read_metrics(path: str | Path) -> list[dict[str, Any]]:
+    """Read a ``metrics.jsonl`` into rows sorted by step.
+
+    Bad lines are skipped with a warning naming file and line number. When a
+    step appears more than once (an old file written before resume truncation)
+    the last occurrence wins. ``null`` values come back as ``None``.
+
+    Raises:
+        FileNotFoundError: ``path`` does not exist.
+    """
+    path = Path(path)
+    by_step: dict[int, dict[str, Any]] = {}
+    with open(path, encoding="utf-8") as f:
+        for lineno, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            row = _parse_line(line, path, lineno)
+            if row is not None:
+                by_step[row["step"]] = row
+    return [by_step[s] for s in sorted(by_step)]
