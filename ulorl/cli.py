@@ -1,0 +1,166 @@
+"""The `ulorl` command line: train | sft | eval | clean | plot | config.
+
+Configuration follows verl's style: a YAML preset plus dotted overrides,
+`ulorl train --config configs/demo.yaml rollout.num_segments=4 algo.is_mode=sais`.
+Every command writes into a run folder (`--output-dir`, default
+`runs/<command>-<timestamp>`) holding the resolved config and its outputs.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+OVERRIDES_HELP = "dotted config overrides, e.g. rollout.num_segments=4 algo.is_mode=sais train.steps=20"
+
+
+def _quiet_transformers() -> None:
+    import os
+
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
+def _run_dir(args, command: str) -> Path:
+    if args.output_dir:
+        return Path(args.output_dir)
+    return Path("runs") / f"{command}-{time.strftime('%Y%m%d-%H%M%S')}"
+
+
+def _load_cfg(args):
+    from ulorl.config import load_run_config
+
+    return load_run_config(args.config, args.overrides)
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", "-c", default=None, help="YAML preset (see configs/); defaults apply without one")
+    p.add_argument("--output-dir", "-o", default=None, help="run folder (default: runs/<command>-<timestamp>)")
+    p.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
+
+
+def cmd_train(args) -> int:
+    from ulorl.config import dump_yaml
+    from ulorl.trainer import train
+
+    cfg = _load_cfg(args)
+    run_dir = _run_dir(args, "train")
+    print(f"# resolved config (saved to {run_dir / 'config.yaml'})\n{dump_yaml(cfg)}", flush=True)
+    summary = train(cfg, run_dir, resume=args.resume)
+    print(format_summary(summary))
+    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    return 0
+
+
+def format_summary(s: dict) -> str:
+    if "stopped_at" in s:
+        return f"stopped at step {s['stopped_at']}; resume with --resume auto --output-dir {s['run_dir']}"
+    lines = ["", "=== ulorl train: summary ===", f"steps: {s['steps']}   trained samples: {s['trained_samples']}   "
+             f"dropped groups (dynamic sampling): {s['dropped_groups']}"]
+    b, a = s.get("eval_before") or {}, s.get("eval_after") or {}
+    for key in [k for k in b if k.startswith(("avg@", "pass@"))] + ["response_length/mean", "truncation_rate"]:
+        if key in b and key in a:
+            lines.append(f"held-out {key:<22} before {b[key]:.4f}   after {a[key]:.4f}   ({a[key] - b[key]:+.4f})")
+    ent = s["entropy"]
+    if ent:
+        idx = sorted({0, len(ent) // 4, len(ent) // 2, 3 * len(ent) // 4, len(ent) - 1})
+        lines.append("entropy by step: " + "  ".join(f"{i + 1}:{ent[i]:.3f}" for i in idx))
+    total = sum(s["segments_hist"].values()) or 1
+    lines.append("trained samples by number of segments: " + "  ".join(
+        f"{k}: {v} ({100 * v / total:.0f}%)" for k, v in s["segments_hist"].items()))
+    lines.append(f"run folder: {s['run_dir']}  (metrics.jsonl, samples.jsonl, checkpoints/, config.yaml)")
+    return "\n".join(lines)
+
+
+def cmd_sft(args) -> int:
+    from ulorl.config import dump_yaml
+    from ulorl.sft_report import sft_and_report
+
+    cfg = _load_cfg(args)
+    run_dir = _run_dir(args, "sft")
+    run_dir.mkdir(parents=True, exist_ok=True)
+    (run_dir / "config.yaml").write_text(dump_yaml(cfg))
+    print(f"# resolved config (saved to {run_dir / 'config.yaml'})\n{dump_yaml(cfg)}", flush=True)
+    report = sft_and_report(cfg, run_dir)
+    print(json.dumps(report, indent=1))
+    return 0
+
+
+def cmd_config(args) -> int:
+    from ulorl.config import dump_yaml
+
+    print(dump_yaml(_load_cfg(args)), end="")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    from ulorl import __version__
+
+    p = argparse.ArgumentParser(prog="ulorl", description="UloRL: RL for language models with ultra-long answers "
+                                "(segment rollout, POIS/SAIS/TOIS, DMMPTs).")
+    p.add_argument("--version", action="version", version=f"ulorl {__version__}")
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    t = sub.add_parser("train", help="RL training with segment rollout (the main job)",
+                       description="Run UloRL training. With the built-in defaults: SFT warm start of the tiny "
+                       "model, accuracy before, RL with segment rollout, accuracy after, summary.")
+    _add_config_args(t)
+    t.add_argument("--resume", default=None, metavar="auto|PATH",
+                   help="resume from the newest complete checkpoint of --output-dir (auto) or a checkpoint folder")
+    t.set_defaults(func=cmd_train)
+
+    s = sub.add_parser("sft", help="supervised warm start of the model on the built-in task",
+                       description="Train the model on worked solutions (sft.* settings), save an HF folder, "
+                       "report held-out accuracy and the response-length distribution.")
+    _add_config_args(s)
+    s.set_defaults(func=cmd_sft)
+
+    from ulorl.evaluation.cli import add_eval_arguments, run_eval
+
+    e = sub.add_parser("eval", help="avg@k / pass@k evaluation of a model on datasets",
+                       description="Evaluate a model: avg@k, unbiased pass@k, length stats, truncation rate.")
+    add_eval_arguments(e)
+    e.set_defaults(func=run_eval)
+
+    from ulorl.data.clean import add_clean_arguments, run_clean
+
+    c = sub.add_parser("clean", help="the paper's data-cleaning pipeline",
+                       description="Apply cleaning steps to a dataset; writes OUTPUT and OUTPUT.report.json.")
+    add_clean_arguments(c)
+    c.set_defaults(func=run_clean)
+
+    from ulorl.plot import add_plot_arguments, run_plot
+
+    pl = sub.add_parser("plot", help="PNG figures overlaying runs' metrics",
+                        description="Plot entropy, reward, lengths, mask ratio, pools, segments, step time.")
+    add_plot_arguments(pl)
+    pl.set_defaults(func=run_plot)
+
+    cf = sub.add_parser("config", help="print the resolved configuration", description="Print the resolved "
+                        "config (preset + overrides) as YAML, validating every key.")
+    _add_config_args(cf)
+    cf.set_defaults(func=cmd_config)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    _quiet_transformers()
+    from ulorl.checkpoint import CheckpointError
+    from ulorl.config_loader import ConfigError
+
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except (ConfigError, CheckpointError) as e:
+        print(f"ulorl {args.command}: error: {e}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

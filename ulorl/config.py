@@ -1,0 +1,206 @@
+"""Run configuration: one small dataclass per component, composed into `RunConfig`.
+
+Load with `load_run_config(path, overrides)`; every field is validated at start so a
+bad value fails before any work is done, naming the key and the allowed values.
+Components owned by sub-packages (data, reward, evaluation) define their own
+dataclasses there and are composed here.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from pathlib import Path
+
+from ulorl.config_loader import ConfigError, build, dump_yaml, load_config, to_dict
+from ulorl.data.config import DataConfig
+from ulorl.evaluation.config import EvalConfig
+from ulorl.reward.config import RewardConfig
+
+__all__ = ["AlgoConfig", "CheckpointConfig", "ConfigError", "LoggingConfig", "ModelConfig", "RolloutConfig",
+           "RunConfig", "SFTConfig", "TrainConfig", "load_run_config", "dump_yaml", "to_dict", "build"]
+
+
+def _choice(key: str, value: str, allowed) -> None:
+    names = [a.value if isinstance(a, Enum) else a for a in allowed]
+    if value not in names:
+        raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(names)}")
+
+
+def _positive(key: str, value: float, allow_zero: bool = False) -> None:
+    if value < 0 or (value == 0 and not allow_zero):
+        raise ConfigError(f"{key}={value} must be {'>= 0' if allow_zero else '> 0'}")
+
+
+@dataclass
+class ModelConfig:
+    path: str = "builtin"  # 'builtin' (tiny Qwen3 made in code) or a local HF model folder
+    dtype: str = "float32"  # float32 | bfloat16 | float16
+    trust_remote_code: bool = False  # never on unless asked
+    warm_start: str = "sft"  # sft: run `ulorl sft` before RL (built-in task); none: start RL from `path`
+    gradient_checkpointing: bool = False
+    rope_scaling_factor: float | None = None  # YaRN factor (paper's 140k run: 1.5)
+    rope_original_max_len: int | None = None  # YaRN original context (paper: ~93k)
+
+    def __post_init__(self) -> None:
+        _choice("model.dtype", self.dtype, ["float32", "bfloat16", "float16"])
+        _choice("model.warm_start", self.warm_start, ["sft", "none"])
+        if self.rope_scaling_factor is not None and self.rope_scaling_factor <= 1.0:
+            raise ConfigError(f"model.rope_scaling_factor={self.rope_scaling_factor} must be > 1 (or null)")
+
+
+@dataclass
+class RolloutConfig:
+    engine: str = "hf"  # hf (CPU default) | vllm (GPU)
+    max_response_len: int = 160  # global cap L on response tokens
+    num_segments: int = 4  # M; each rollout round decodes at most L / M tokens
+    group_size: int = 8  # G samples per prompt
+    decode_batch: int = 64  # target samples per round: unfinished + new prompts x G
+    temperature: float = 0.85
+    top_p: float = 1.0
+    top_k: int = -1  # -1 = off
+
+    def __post_init__(self) -> None:
+        _choice("rollout.engine", self.engine, ["hf", "vllm"])
+        for k in ("max_response_len", "num_segments", "group_size", "decode_batch", "temperature"):
+            _positive(f"rollout.{k}", getattr(self, k))
+        if self.max_response_len % self.num_segments:
+            divisors = [m for m in range(1, min(self.max_response_len, 64) + 1) if self.max_response_len % m == 0]
+            raise ConfigError(
+                f"rollout.num_segments={self.num_segments} must divide rollout.max_response_len="
+                f"{self.max_response_len}; allowed values: {divisors}"
+            )
+        if self.decode_batch < self.group_size:
+            raise ConfigError(f"rollout.decode_batch={self.decode_batch} must be >= rollout.group_size={self.group_size}")
+        if not 0 < self.top_p <= 1:
+            raise ConfigError(f"rollout.top_p={self.top_p} must be in (0, 1]")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ConfigError(f"rollout.top_k={self.top_k} must be -1 (off) or >= 1")
+
+    @property
+    def segment_len(self) -> int:
+        return self.max_response_len // self.num_segments
+
+
+class EntropyMaskMode(str, Enum):
+    NONE = "none"  # train on all tokens (the paper's baseline)
+    MPT = "mpt"  # mask all well-mastered positive tokens (the paper's Figure 4 ablation)
+    DMMPT = "dmmpt"  # mask MPTs only while a response's mean entropy < sigma (UloRL)
+
+
+@dataclass
+class AlgoConfig:
+    is_mode: str = "pois"  # tois | sais | pois | pois_tis | mask_stale
+    entropy_mask: str = "dmmpt"  # none | mpt | dmmpt
+    tau: float = 0.99  # MPT probability threshold, in (0, 1)
+    sigma: float = 0.2  # target entropy for DMMPTs, > 0
+    eps_low: float = 0.2
+    eps_high: float = 0.2  # clip-higher: 0.28
+    loss_agg: str = "token-mean"
+    dynamic_sampling: bool = True  # drop groups whose rewards are all equal
+    norm_adv_by_std: bool = True
+    tis_cap: float = 2.0  # pois_tis: truncation C of the stale-token weight
+    max_stale: int = 1  # mask_stale: tokens older than this many versions give no gradient
+
+    def __post_init__(self) -> None:
+        from ulorl.algo import AggMode, ISMode
+
+        _choice("algo.is_mode", self.is_mode, list(ISMode))
+        _choice("algo.entropy_mask", self.entropy_mask, list(EntropyMaskMode))
+        _choice("algo.loss_agg", self.loss_agg, list(AggMode))
+        if not 0 < self.tau < 1:
+            raise ConfigError(f"algo.tau={self.tau} must be in (0, 1)")
+        _positive("algo.sigma", self.sigma)
+        if not 0 <= self.eps_low < 1:
+            raise ConfigError(f"algo.eps_low={self.eps_low} must be in [0, 1)")
+        _positive("algo.eps_high", self.eps_high, allow_zero=True)
+        if self.tis_cap < 1:
+            raise ConfigError(f"algo.tis_cap={self.tis_cap} must be >= 1")
+        _positive("algo.max_stale", self.max_stale, allow_zero=True)
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 30  # policy updates (one gradient update per step, as in the paper)
+    train_groups: int = 8  # whole groups per update (fixed batch: leftovers wait)
+    lr: float = 1e-6  # AdamW, constant (paper)
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    micro_batch_tokens: int = 8192  # token budget of one micro-batch (prompt + response)
+    logit_chunk: int = 1024  # positions per chunk of the log-prob/entropy pass
+    max_rounds_per_step: int = 64  # rollout rounds without a full batch before giving up
+    max_bad_steps: int = 5  # consecutive non-finite updates that stop the run
+    eval_every: int = 0  # evaluate on the held-out split every N steps (0: only before/after)
+    seed: int = 0
+    device: str = "cpu"
+
+    def __post_init__(self) -> None:
+        for k in ("steps", "train_groups", "lr", "micro_batch_tokens", "logit_chunk", "max_rounds_per_step",
+                  "max_bad_steps"):
+            _positive(f"train.{k}", getattr(self, k))
+        _positive("train.grad_clip", self.grad_clip, allow_zero=True)
+        _positive("train.eval_every", self.eval_every, allow_zero=True)
+
+
+@dataclass
+class SFTConfig:
+    steps: int = 600
+    batch_size: int = 32
+    lr: float = 3e-3
+    warmup_steps: int = 30
+    num_examples: int = 6000
+    max_size: int = 64  # only problems with at most this many steps (train on short ones, RL learns long ones)
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        for k in ("steps", "batch_size", "lr", "num_examples", "max_size"):
+            _positive(f"sft.{k}", getattr(self, k))
+        _positive("sft.warmup_steps", self.warmup_steps, allow_zero=True)
+
+
+@dataclass
+class LoggingConfig:
+    loggers: list[str] = field(default_factory=lambda: ["console", "jsonl"])  # + tensorboard, wandb
+    progress: bool = True  # tqdm progress bars
+    table_every: int = 10  # print a metrics table every N steps (console logger)
+    wandb_project: str = "ulorl"
+
+    def __post_init__(self) -> None:
+        for name in self.loggers:
+            _choice("logging.loggers", name, ["console", "jsonl", "tensorboard", "wandb"])
+
+
+@dataclass
+class CheckpointConfig:
+    every: int = 10  # save every N steps (0: only at the end and on SIGTERM/SIGINT)
+    keep: int = 2  # keep the last K complete checkpoints
+
+    def __post_init__(self) -> None:
+        _positive("checkpoint.every", self.every, allow_zero=True)
+        _positive("checkpoint.keep", self.keep)
+
+
+@dataclass
+class RunConfig:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: DataConfig = field(default_factory=DataConfig)
+    rollout: RolloutConfig = field(default_factory=RolloutConfig)
+    algo: AlgoConfig = field(default_factory=AlgoConfig)
+    reward: RewardConfig = field(default_factory=RewardConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    sft: SFTConfig = field(default_factory=SFTConfig)
+    eval: EvalConfig = field(default_factory=EvalConfig)
+    logging: LoggingConfig = field(default_factory=LoggingConfig)
+    checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+
+    def __post_init__(self) -> None:
+        if self.algo.is_mode == "tois" and self.rollout.num_segments != 1:
+            raise ConfigError(
+                f"algo.is_mode=tois is true on-policy training and needs rollout.num_segments=1 "
+                f"(got {self.rollout.num_segments}); use pois or sais with segments"
+            )
+
+
+def load_run_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:
+    """YAML preset + dotted overrides -> validated `RunConfig`."""
+    return load_config(RunConfig, path, overrides)

@@ -1,0 +1,227 @@
+"""The learner: log-probs and entropies (chunked), the UloRL loss, and the AdamW step.
+
+One call to `update` is one gradient update on a batch of whole groups: GRPO
+advantages over each group, log-probs/entropies of the response tokens from logits
+divided by the sampling temperature (never the full `(T, V)` logits at once), the IS
+mode's pi_old (tois/pois/sais/...), the entropy mask (none/mpt/dmmpt), the clipped
+token-level loss. The batch is split into length-sorted micro-batches under a token
+budget; each micro-batch loss is divided by the *global* number of response tokens,
+so the summed gradients equal one full-batch step. A non-finite loss or gradient
+norm skips the update and leaves weights and optimizer state untouched.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import torch
+
+from ulorl.algo import (dmmpt_mask, dynamic_sampling, group_advantages, mpt_mask, pois_bias_by_age, policy_loss,
+                        stale_token_policy)
+from ulorl.config import AlgoConfig, EntropyMaskMode, TrainConfig
+from ulorl.logprobs import chunked_logprobs_entropy
+from ulorl.trajectory import Trajectory
+
+
+def _no_mask(logprobs, entropy, rewards, response_mask, tau, sigma):
+    return torch.zeros_like(response_mask, dtype=torch.bool)
+
+
+def _mpt(logprobs, entropy, rewards, response_mask, tau, sigma):
+    return mpt_mask(logprobs, rewards, response_mask, tau)
+
+
+# entropy-control registry: (B,T) logprobs, entropy; (B,) rewards; (B,T) mask -> (B,T) bool, True = masked
+ENTROPY_MASKS: dict[EntropyMaskMode, Callable[..., torch.Tensor]] = {
+    EntropyMaskMode.NONE: _no_mask,
+    EntropyMaskMode.MPT: _mpt,
+    EntropyMaskMode.DMMPT: dmmpt_mask,
+}
+
+
+@dataclass
+class MicroBatch:
+    input_ids: torch.Tensor  # (b, S) right-padded prompt + response
+    attention_mask: torch.Tensor  # (b, S)
+    gather_rows: torch.Tensor  # (N,) row of each response token
+    gather_cols: torch.Tensor  # (N,) column of the hidden state that predicts it
+    targets: torch.Tensor  # (N,) the response tokens
+    response_mask: torch.Tensor  # (b, T) bool
+    behaviour_logprobs: torch.Tensor  # (b, T)
+    segment_age: torch.Tensor  # (b, T) long
+    rewards: torch.Tensor  # (b,)
+    advantages: torch.Tensor  # (b,)
+    pad_tokens: int
+
+
+def make_micro_batches(trajs: list[Trajectory], advantages: torch.Tensor, version: int, pad_id: int,
+                       token_budget: int, loss_keep: list[bool] | None = None) -> list[MicroBatch]:
+    """Length-sorted micro-batches whose padded size `b x S` stays within `token_budget` (at least one row)."""
+    order = sorted(range(len(trajs)), key=lambda i: -(len(trajs[i].prompt_tokens) + trajs[i].response_len))
+    groups: list[list[int]] = []
+    for i in order:
+        n = len(trajs[i].prompt_tokens) + trajs[i].response_len
+        if groups and (len(groups[-1]) + 1) * max(n, _len(trajs[groups[-1][0]])) <= token_budget:
+            groups[-1].append(i)
+        else:
+            groups.append([i])
+    return [_collate([trajs[i] for i in g], advantages[g], version, pad_id,
+                     [loss_keep[i] for i in g] if loss_keep else None) for g in groups]
+
+
+def _len(t: Trajectory) -> int:
+    return len(t.prompt_tokens) + t.response_len
+
+
+def _collate(trajs, advantages, version, pad_id, keep) -> MicroBatch:
+    b, S, T = len(trajs), max(_len(t) for t in trajs), max(max(t.response_len for t in trajs), 1)
+    ids = torch.full((b, S), pad_id, dtype=torch.long)
+    attn = torch.zeros((b, S), dtype=torch.long)
+    resp_mask = torch.zeros((b, T), dtype=torch.bool)
+    blp = torch.zeros((b, T))
+    age = torch.zeros((b, T), dtype=torch.long)
+    rows, cols, targets = [], [], []
+    for i, t in enumerate(trajs):
+        p, r = len(t.prompt_tokens), t.response_len
+        ids[i, : p + r] = torch.tensor(t.prompt_tokens + t.response_tokens)
+        attn[i, : p + r] = 1
+        resp_mask[i, :r] = keep[i] if keep else True
+        blp[i, :r] = torch.tensor(t.behaviour_logprobs)
+        age[i, :r] = version - torch.tensor(t.token_versions(), dtype=torch.long)
+        rows.append(torch.full((r,), i))
+        cols.append(torch.arange(p - 1, p + r - 1))
+        targets.append(torch.tensor(t.response_tokens))
+    rewards = torch.tensor([float(t.reward or 0.0) for t in trajs])
+    return MicroBatch(ids, attn, torch.cat(rows), torch.cat(cols), torch.cat(targets), resp_mask, blp, age, rewards,
+                      advantages, pad_tokens=int(b * S - attn.sum()))
+
+
+class Learner:
+    def __init__(self, model: torch.nn.Module, train: TrainConfig, algo: AlgoConfig, temperature: float,
+                 pad_id: int) -> None:
+        self.model, self.train_cfg, self.algo, self.temperature, self.pad_id = model, train, algo, temperature, pad_id
+        self.params = [p for p in model.parameters() if p.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.params, lr=train.lr, weight_decay=train.weight_decay)
+        self.entropy_mask = ENTROPY_MASKS[EntropyMaskMode(algo.entropy_mask)]
+
+    # -- forward ---------------------------------------------------------------------------------
+    def forward(self, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """Log-probs (differentiable) and entropies (detached) of the response tokens, both `(b, T)`."""
+        hidden = self.model.base_model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
+        head = self.model.get_output_embeddings()
+        lp_flat, ent_flat = chunked_logprobs_entropy(hidden[mb.gather_rows, mb.gather_cols], head.weight,
+                                                     mb.targets, self.temperature, self.train_cfg.logit_chunk,
+                                                     bias=getattr(head, "bias", None))
+        logprobs = torch.zeros(mb.response_mask.shape, dtype=lp_flat.dtype)
+        entropy = torch.zeros(mb.response_mask.shape, dtype=ent_flat.dtype)
+        cols = _response_cols(mb)
+        logprobs = logprobs.index_put((mb.gather_rows, cols), lp_flat)
+        entropy[mb.gather_rows, cols] = ent_flat
+        return logprobs, entropy
+
+    # -- one gradient update ---------------------------------------------------------------------
+    def update(self, trajs: list[Trajectory], version: int, loss_keep: list[bool] | None = None) -> dict[str, float]:
+        """One gradient update on `trajs` (whole groups). `loss_keep[i]=False` drops sample i from the loss."""
+        a = self.algo
+        rewards = torch.tensor([float(t.reward or 0.0) for t in trajs])
+        adv = group_advantages(rewards, [t.group_id for t in trajs], norm_by_std=a.norm_adv_by_std)
+        mbs = make_micro_batches(trajs, adv, version, self.pad_id, self.train_cfg.micro_batch_tokens, loss_keep)
+        n_tokens = max(sum(int(mb.response_mask.sum()) for mb in mbs), 1)
+        n_seqs = max(sum(int(mb.response_mask.any(-1).sum()) for mb in mbs), 1)
+        denom = n_tokens if a.loss_agg == "token-mean" else n_seqs
+        self.model.train()
+        self.optimizer.zero_grad(set_to_none=True)
+        acc: dict[str, float] = {}
+        finite = True
+        for mb in mbs:
+            logprobs, entropy = self.forward(mb)
+            stale = stale_token_policy(a.is_mode, logprobs, mb.behaviour_logprobs, mb.segment_age, mb.response_mask,
+                                       tis_cap=a.tis_cap, max_age=a.max_stale)
+            ent_mask = self.entropy_mask(logprobs.detach(), entropy, mb.rewards, mb.response_mask, a.tau, a.sigma)
+            loss, m = policy_loss(logprobs, stale.old_logprobs, mb.advantages, mb.response_mask, dmmpt_mask=ent_mask,
+                                  eps_low=a.eps_low, eps_high=a.eps_high, agg=a.loss_agg, num_tokens=denom,
+                                  token_weights=stale.token_weights, extra_mask=stale.extra_mask)
+            loss = self.loss_hook(loss)
+            if not torch.isfinite(loss):
+                finite = False
+                break
+            loss.backward()
+            w = int(mb.response_mask.sum())
+            _accumulate(acc, m, w, entropy, mb, logprobs.detach())
+        grad_norm = self._grad_norm() if finite else float("nan")
+        skipped = not (finite and math.isfinite(grad_norm))
+        if skipped:
+            self.optimizer.zero_grad(set_to_none=True)  # weights and optimizer state untouched
+        else:
+            self.optimizer.step()
+            self.optimizer.zero_grad(set_to_none=True)
+        out = {k: v / n_tokens for k, v in acc.items() if not k.startswith("_")}
+        out.update({k: v for k, v in acc.items() if k.startswith("_")})
+        return _finish_metrics(out, grad_norm, skipped, mbs, n_tokens)
+
+    def loss_hook(self, loss: torch.Tensor) -> torch.Tensor:
+        """Identity; tests replace it to inject faults (e.g. a NaN loss)."""
+        return loss
+
+    def _grad_norm(self) -> float:
+        clip = self.train_cfg.grad_clip
+        norm = torch.nn.utils.clip_grad_norm_(self.params, clip if clip > 0 else float("inf"))
+        return float(norm)
+
+    def state_dict(self) -> dict:
+        return {"optimizer": self.optimizer.state_dict()}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.optimizer.load_state_dict(state["optimizer"])
+
+
+def _response_cols(mb: MicroBatch) -> torch.Tensor:
+    """Column of each flat response token in the `(b, T)` layout (its index within its response)."""
+    starts = torch.zeros(mb.input_ids.shape[0], dtype=torch.long)
+    first_col = torch.full_like(starts, -1)
+    first_col = first_col.scatter_reduce(0, mb.gather_rows, mb.gather_cols, reduce="amin", include_self=False)
+    return mb.gather_cols - first_col[mb.gather_rows]
+
+
+def _accumulate(acc: dict, m: dict, w: int, entropy: torch.Tensor, mb: MicroBatch, logprobs: torch.Tensor) -> None:
+    """Token-weighted sums of per-micro-batch metrics."""
+    for k in ("pg_clipfrac", "mask_ratio", "approx_kl", "ratio_mean", "extra_mask_ratio", "token_weight_mean"):
+        if k in m:
+            acc[k] = acc.get(k, 0.0) + m[k] * w
+    mask = mb.response_mask
+    acc["entropy"] = acc.get("entropy", 0.0) + float(entropy[mask].sum())
+    acc["_pg_loss"] = acc.get("_pg_loss", 0.0) + m["pg_loss"]
+    for age, d in pois_bias_by_age(logprobs, mb.behaviour_logprobs, mb.segment_age, mask).items():
+        acc[f"_age{age}_sum"] = acc.get(f"_age{age}_sum", 0.0) + d["mean_abs_log_ratio"] * d["num_tokens"]
+        acc[f"_age{age}_n"] = acc.get(f"_age{age}_n", 0.0) + d["num_tokens"]
+        acc[f"_age{age}_max"] = max(acc.get(f"_age{age}_max", 0.0), d["max_abs_log_ratio"])
+
+
+def _finish_metrics(acc: dict, grad_norm: float, skipped: bool, mbs: list[MicroBatch], n_tokens: int) -> dict:
+    out = {
+        "actor/entropy": acc.get("entropy", 0.0),
+        "actor/pg_loss": acc.get("_pg_loss", 0.0),
+        "actor/pg_clipfrac": acc.get("pg_clipfrac", 0.0),
+        "actor/dmmpt_mask_ratio": acc.get("mask_ratio", 0.0),
+        "actor/stale_mask_ratio": acc.get("extra_mask_ratio", 0.0),
+        "actor/ppo_kl": acc.get("approx_kl", 0.0),
+        "actor/ratio_mean": acc.get("ratio_mean", 1.0),
+        "actor/grad_norm": grad_norm,
+        "actor/skipped": float(skipped),
+        "actor/micro_batches": float(len(mbs)),
+        "actor/response_tokens": float(n_tokens),
+        "perf/pad_ratio": sum(mb.pad_tokens for mb in mbs) / max(sum(mb.input_ids.numel() for mb in mbs), 1),
+    }
+    for k in list(acc):
+        if k.startswith("_age") and k.endswith("_n"):
+            age = k[4:-2]
+            out[f"pois/abs_log_ratio_age{age}"] = acc[f"_age{age}_sum"] / max(acc[k], 1.0)
+            out[f"pois/max_abs_log_ratio_age{age}"] = acc[f"_age{age}_max"]
+    return out
+
+
+def select_trainable(rewards: torch.Tensor, group_ids: list[str]) -> torch.Tensor:
+    """Dynamic-sampling keep mask `(N,)` (re-exported for the trainer)."""
+    return dynamic_sampling(rewards, group_ids)

@@ -1,0 +1,70 @@
+"""Load any local Hugging Face causal LM folder, or the built-in tiny model.
+
+`model.path = builtin` (the default) means: create the tiny model (random weights)
+in a cache folder on first use. A real model is any local HF folder; nothing is ever
+downloaded (`local_files_only=True`), and `trust_remote_code` stays off unless asked.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from ulorl.models.tiny import TinyModelSpec, build_tiny_model
+
+BUILTIN = "builtin"
+_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def builtin_model_dir() -> Path:
+    """Where the built-in random-init tiny model is cached (`$ULORL_CACHE` or ~/.cache/ulorl)."""
+    root = Path(os.environ.get("ULORL_CACHE", Path.home() / ".cache" / "ulorl"))
+    return root / "tiny-qwen3-v2"
+
+
+def resolve_model_path(path: str | os.PathLike) -> Path:
+    """`builtin` -> the cached tiny model (created if missing); otherwise a checked local folder."""
+    if str(path) == BUILTIN:
+        d = builtin_model_dir()
+        if not (d / "config.json").exists() or not (d / "model.safetensors").exists():
+            tmp = d.with_name(d.name + f".tmp{os.getpid()}")
+            build_tiny_model(tmp, TinyModelSpec())
+            tmp.replace(d) if not d.exists() else None
+        return d
+    p = Path(path)
+    if not p.is_dir():
+        raise FileNotFoundError(f"model.path={path!r}: no such folder (give a local Hugging Face model folder or 'builtin')")
+    if not (p / "config.json").exists():
+        raise FileNotFoundError(f"model.path={path!r}: folder has no config.json, so it is not a Hugging Face model folder")
+    return p
+
+
+def load_tokenizer(path: str | os.PathLike, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
+    tok = AutoTokenizer.from_pretrained(resolve_model_path(path), local_files_only=True,
+                                        trust_remote_code=trust_remote_code)
+    if tok.pad_token_id is None:
+        tok.pad_token = tok.eos_token
+    return tok
+
+
+def load_model(path: str | os.PathLike, dtype: str = "float32", trust_remote_code: bool = False,
+               device: str = "cpu") -> PreTrainedModel:
+    if dtype not in _DTYPES:
+        raise ValueError(f"model.dtype={dtype!r} is not one of {sorted(_DTYPES)}")
+    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(path), local_files_only=True,
+                                                 dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code)
+    return model.to(device)
+
+
+def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """All ids that end a response: the tokenizer's EOS plus the generation config's."""
+    ids = {tokenizer.eos_token_id} if tokenizer.eos_token_id is not None else set()
+    gen_eos = getattr(getattr(model, "generation_config", None), "eos_token_id", None)
+    if isinstance(gen_eos, int):
+        ids.add(gen_eos)
+    elif gen_eos:
+        ids.update(gen_eos)
+    return sorted(i for i in ids if i is not None)

@@ -1,0 +1,77 @@
+"""The engine protocol: what segment rollout needs from any generation backend.
+
+An engine continues token prefixes by at most `max_new_tokens` tokens and reports,
+per sample, the new tokens, their behaviour log-probs and whether EOS was produced.
+Behaviour log-probs are `log_softmax(logits / temperature)` of the sampled token,
+*before* top-p/top-k filtering, which is what the learner recomputes (verl does the
+same), so SAIS ratios compare like with like.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import Enum
+from typing import Protocol, runtime_checkable
+
+import torch
+
+
+@dataclass(frozen=True)
+class SamplingParams:
+    """Sampling settings (paper defaults: temperature 0.85, top_p 1.0, top_k -1)."""
+
+    temperature: float = 0.85
+    top_p: float = 1.0
+    top_k: int = -1  # -1: no top-k filtering
+    greedy: bool = False
+
+    def __post_init__(self) -> None:
+        if self.temperature <= 0:
+            raise ValueError(f"temperature must be > 0, got {self.temperature}")
+        if not 0 < self.top_p <= 1:
+            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
+        if self.top_k == 0 or self.top_k < -1:
+            raise ValueError(f"top_k must be -1 (off) or >= 1, got {self.top_k}")
+
+
+@dataclass
+class GenerationOutput:
+    """Result for one prefix."""
+
+    tokens: list[int]
+    logprobs: list[float]
+    eos: bool
+    prefill_tokens: int = 0
+
+
+@dataclass
+class EngineStats:
+    """Cumulative counters an engine keeps (read by benchmarks and metrics)."""
+
+    decode_iterations: int = 0
+    decode_slots: int = 0  # batch rows x decode iterations
+    useful_tokens: int = 0  # sampled tokens that belong to a live sample
+    prefill_tokens: int = 0
+    extra: dict = field(default_factory=dict)
+
+
+@runtime_checkable
+class Engine(Protocol):
+    """A generation backend (HF on CPU by default, vLLM on GPU)."""
+
+    stats: EngineStats
+
+    def generate(
+        self, prefixes: list[list[int]], max_new_tokens: int, params: SamplingParams, seed: int | None = None
+    ) -> list[GenerationOutput]:
+        """Continue each prefix by at most `max_new_tokens` tokens."""
+        ...
+
+    def sync_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        """Load the learner's current weights."""
+        ...
+
+
+class EngineName(str, Enum):
+    HF = "hf"
+    VLLM = "vllm"

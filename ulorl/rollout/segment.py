@@ -1,0 +1,87 @@
+"""SegmentRollout: one round of Algorithm 1 (UloRL segment rollout).
+
+A round (1) takes every unfinished sample plus enough new prompts (G samples each)
+to bring the decode batch to its target, (2) decodes at most L/M new tokens for
+each, all with the *current* weights (continued samples are re-prefilled from their
+full prefix: the old KV cache belongs to old weights), and (3) routes each sample
+by its stop reason: EOS -> finished; global cap L reached -> finished as truncated;
+segment cap -> back to the unfinished pool.
+
+With M = 1 every sample finishes in its first round: ordinary synchronous rollout.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ulorl.rollout.engines.base import Engine, SamplingParams
+from ulorl.rollout.pools import UnfinishedPool
+from ulorl.rollout.prompt_source import PromptSource
+from ulorl.trajectory import StopReason, Trajectory
+
+
+@dataclass
+class RoundResult:
+    finished: list[Trajectory]
+    new_prompts: int
+    continued: int
+    decoded_tokens: int
+    reprefill_tokens: int  # response tokens of continued samples, prefilled again under new weights
+    max_staleness: int  # max over finished samples of (version now - version of their first segment)
+    decode_slots: int  # batch rows x decode iterations of this round
+
+
+class SegmentRollout:
+    def __init__(self, engine: Engine, prompts: PromptSource, params: SamplingParams, *, group_size: int,
+                 decode_batch: int, max_response_len: int, num_segments: int, seed: int = 0) -> None:
+        if max_response_len % num_segments:
+            raise ValueError(f"num_segments={num_segments} must divide max_response_len={max_response_len}")
+        self.engine, self.prompts, self.params = engine, prompts, params
+        self.G, self.decode_batch, self.L = group_size, decode_batch, max_response_len
+        self.segment_len = max_response_len // num_segments
+        self.seed = seed
+        self.rounds = 0  # counts rounds across the run; part of the resumable state
+
+    def num_new_prompts(self, n_unfinished: int) -> int:
+        """New prompt draws that keep the decode batch at its target (at least one if the batch is empty)."""
+        n = max(0, (self.decode_batch - n_unfinished) // self.G)
+        return max(n, 1) if n_unfinished == 0 else n
+
+    def round(self, unfinished: UnfinishedPool, version: int, step: int) -> RoundResult:
+        continued = unfinished.take_all()
+        draws = self.prompts.next(self.num_new_prompts(len(continued)))
+        fresh = [
+            Trajectory(sample_id=f"{d.group_id}/{k}", group_id=d.group_id, prompt_id=d.record.prompt_id,
+                       prompt_tokens=list(d.record.prompt_tokens), ground_truth=d.record.ground_truth,
+                       data_source=d.record.data_source, born_step=step)
+            for d in draws for k in range(self.G)
+        ]
+        batch = continued + fresh
+        reprefill = sum(t.response_len for t in continued)
+        outs = self.engine.generate([t.prompt_tokens + t.response_tokens for t in batch], self.segment_len,
+                                    self.params, seed=self.seed * 1_000_003 + self.rounds)
+        self.rounds += 1
+        finished, decoded, staleness = [], 0, 0
+        for traj, out in zip(batch, outs):
+            traj.append_segment(out.tokens, out.logprobs, version)
+            decoded += len(out.tokens)
+            if out.eos:
+                traj.stop_reason = StopReason.EOS.value
+            elif traj.response_len >= self.L:
+                traj.stop_reason = StopReason.TRUNCATED.value
+            else:
+                traj.stop_reason = StopReason.SEGMENT_CAP.value
+                unfinished.add(traj)
+                continue
+            finished.append(traj)
+            staleness = max(staleness, version - traj.segments[0].version)
+        iterations = max((len(o.tokens) for o in outs), default=0)
+        return RoundResult(finished=finished, new_prompts=len(draws), continued=len(continued),
+                           decoded_tokens=decoded, reprefill_tokens=reprefill, max_staleness=staleness,
+                           decode_slots=len(batch) * iterations)
+
+    def state_dict(self) -> dict:
+        return {"rounds": self.rounds}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.rounds = state["rounds"]

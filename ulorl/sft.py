@@ -1,0 +1,111 @@
+"""`ulorl sft`: supervised warm start on the built-in task's worked solutions.
+
+RL needs a policy with non-trivial but imperfect accuracy. We train the tiny model
+on worked solutions of problems with at most `sft.max_size` steps for a short,
+fixed budget, so it answers short problems often and long ones rarely: RL has
+something to learn. The loss is the mean cross-entropy over response tokens
+(prompt tokens are not trained). Writes an HF folder and a loss curve.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from pathlib import Path
+
+import torch
+from tqdm.auto import tqdm
+
+from ulorl.config import ModelConfig, SFTConfig
+from ulorl.models import load_model, load_tokenizer
+from ulorl.tasks.chain import make_rows
+
+SFT_SEED_OFFSET = 7919  # SFT problems never share a seed with the RL train/eval splits
+
+
+def sft_sequences(tokenizer, n: int, seed: int, max_size: int) -> list[tuple[list[int], list[int]]]:
+    """(prompt tokens, response tokens incl. EOS) for `n` built-in problems of size <= max_size."""
+    rows = make_rows(n, seed=seed + SFT_SEED_OFFSET, split="sft", max_size=max_size)
+    out = []
+    for r in rows:
+        text = tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False)
+        prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
+        resp = tokenizer(r["extra_info"]["solution"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
+        out.append((prompt, resp))
+    return out
+
+
+def _batch(seqs, pad_id):
+    L = max(len(p) + len(r) for p, r in seqs)
+    ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
+    labels = torch.full((len(seqs), L), -100, dtype=torch.long)
+    attn = torch.zeros((len(seqs), L), dtype=torch.long)
+    for i, (p, r) in enumerate(seqs):
+        n = len(p) + len(r)
+        ids[i, :n] = torch.tensor(p + r)
+        labels[i, len(p) : n] = torch.tensor(r)
+        attn[i, :n] = 1
+    return ids, attn, labels
+
+
+def lr_at(step: int, cfg: SFTConfig) -> float:
+    """Linear warm-up then cosine decay to 10% of the peak."""
+    if step < cfg.warmup_steps:
+        return cfg.lr * (step + 1) / cfg.warmup_steps
+    frac = (step - cfg.warmup_steps) / max(cfg.steps - cfg.warmup_steps, 1)
+    return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def run_sft(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress: bool = True) -> Path:
+    """Train and save the warm-start model to `out_dir/model`; returns that folder."""
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(cfg.seed)
+    tok = load_tokenizer(model_cfg.path, model_cfg.trust_remote_code)
+    model = load_model(model_cfg.path, model_cfg.dtype, model_cfg.trust_remote_code)
+    data = sft_sequences(tok, cfg.num_examples, cfg.seed, cfg.max_size)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    model.train()
+    losses = []
+    t0 = time.time()
+    with open(out / "metrics.jsonl", "w") as log, tqdm(total=cfg.steps, desc="sft", disable=not progress) as bar:
+        for step in range(cfg.steps):
+            idx = torch.randint(len(data), (cfg.batch_size,), generator=gen).tolist()
+            ids, attn, labels = _batch([data[i] for i in idx], tok.pad_token_id)
+            for g in opt.param_groups:
+                g["lr"] = lr_at(step, cfg)
+            loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+            opt.step()
+            losses.append(loss.item())
+            log.write(json.dumps({"step": step + 1, "sft/loss": losses[-1], "sft/lr": lr_at(step, cfg),
+                                  "timing_s/elapsed": time.time() - t0}) + "\n")
+            bar.set_postfix(loss=f"{losses[-1]:.3f}")
+            bar.update()
+    model_dir = out / "model"
+    model.save_pretrained(model_dir, safe_serialization=True)
+    tok.save_pretrained(model_dir)
+    _plot_loss(losses, out / "loss.png")
+    return model_dir
+
+
+def _plot_loss(losses: list[float], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 3.5))
+    ax.plot(range(1, len(losses) + 1), losses, lw=1)
+    ax.set_xlabel("step")
+    ax.set_ylabel("cross-entropy (response tokens)")
+    ax.set_yscale("log")
+    ax.set_title("SFT warm start")
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -1,0 +1,197 @@
+"""The UloRL training loop (Algorithm 1 + DAPO recipe), readable in one screen.
+
+step: rollout rounds (segment rollout) until the experience pool holds a full batch
+of whole, filtered groups -> one gradient update on exactly `train.train_groups`
+groups (leftovers wait, FIFO) -> the engine sees the new weights. No algorithm lives
+here: rollout is `SegmentRollout`, the update is `Learner`, the state is `TrainSession`.
+"""
+
+from __future__ import annotations
+
+import signal
+import time
+from collections import Counter
+
+import torch
+from tqdm.auto import tqdm
+
+from ulorl.algo import dynamic_sampling
+from ulorl.config import RunConfig
+from ulorl.reward import apply_overlong_policy
+from ulorl.session import TrainSession, say
+from ulorl.trajectory import Trajectory
+
+
+def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
+    s = TrainSession(cfg, run_dir, resume)
+    stop = _StopOnSignal()
+    try:
+        if "before" not in s.history["eval"] and s.eval_prompts:
+            s.history["eval"]["before"] = evaluate_policy(s)
+        bar = tqdm(total=cfg.train.steps, initial=s.step, desc="ulorl train", disable=not cfg.logging.progress)
+        while s.step < cfg.train.steps and not stop.requested:
+            m = train_step(s)
+            if cfg.train.eval_every and s.step % cfg.train.eval_every == 0 and s.eval_prompts:
+                m.update({f"eval/{k}": v for k, v in evaluate_policy(s).items()})
+            s.loggers.log(m, s.step)
+            bar.update(1)
+            bar.set_postfix(reward=f"{m['critic/score/mean']:.2f}", ent=f"{m['actor/entropy']:.3f}",
+                            unfinished=int(m["rollout/unfinished_pool"]), exp=int(m["rollout/experience_pool"]))
+            if stop.requested or (cfg.checkpoint.every and s.step % cfg.checkpoint.every == 0):
+                s.save()
+        bar.close()
+        if stop.requested:
+            say(f"stopped by signal at step {s.step}; checkpoint saved in {s.ckpt_root}")
+            return {"stopped_at": s.step, "run_dir": str(s.run_dir)}
+        if s.eval_prompts and "after" not in s.history["eval"]:
+            s.history["eval"]["after"] = evaluate_policy(s)
+        s.save()
+        return summarize(s)
+    finally:
+        stop.restore()
+        s.close()
+
+
+def train_step(s: TrainSession) -> dict:
+    t0, acc = time.time(), Counter()
+    n_groups = s.cfg.train.train_groups
+    while s.experience.num_ready() < n_groups:
+        if acc["rounds"] >= s.cfg.train.max_rounds_per_step:
+            raise RuntimeError(f"step {s.step}: no full batch of {n_groups} groups after {acc['rounds']} rollout "
+                               "rounds; dynamic sampling dropped almost every group (all rewards equal). Use a "
+                               "warmer start, an easier dataset, or algo.dynamic_sampling=false.")
+        tg = time.time()
+        res = s.rollout.round(s.unfinished, s.version, s.step)
+        acc.update(rounds=1, new_prompts=res.new_prompts, reprefill=res.reprefill_tokens,
+                   decoded=res.decoded_tokens, slots=res.decode_slots, gen_s=time.time() - tg)
+        acc["max_staleness"] = max(acc["max_staleness"], res.max_staleness)
+        tr = time.time()
+        score(s, res.finished)
+        admit(s, res.finished, acc)
+        acc["reward_s"] += time.time() - tr
+    groups = s.experience.take(n_groups)
+    batch = [t for g in groups for t in g]
+    tu = time.time()
+    keep = [not (s.cfg.reward.overlong == "filter" and t.truncated) for t in batch]
+    m = s.learner.update(batch, s.version, loss_keep=keep)
+    update_s = time.time() - tu
+    if m["actor/skipped"]:
+        s.counters["bad_steps"] += 1
+        say(f"step {s.step + 1}: non-finite loss or gradient norm, update skipped "
+            f"({s.counters['bad_steps']} in a row)")
+        if s.counters["bad_steps"] >= s.cfg.train.max_bad_steps:
+            s.save()
+            raise FloatingPointError(f"{s.counters['bad_steps']} consecutive non-finite updates: stopping. The last "
+                                     f"good state is checkpointed in {s.ckpt_root}.")
+    else:
+        s.counters["bad_steps"] = 0
+        s.version += 1
+        s.engine.sync_weights(s.model.state_dict())
+    s.step += 1
+    s.counters["trained_samples"] += len(batch)
+    s.samples.write(batch, s.step, "trained")
+    return step_metrics(s, batch, m, acc, update_s, time.time() - t0)
+
+
+def score(s: TrainSession, finished: list[Trajectory]) -> None:
+    """Rewards for finished samples (rule/judge in worker processes), then the overlong policy."""
+    if not finished:
+        return
+    texts = s.tokenizer.batch_decode([t.response_tokens for t in finished], skip_special_tokens=True)
+    raw = s.reward.score(texts, [t.ground_truth for t in finished], [t.data_source for t in finished])
+    rewards, _ = apply_overlong_policy(
+        s.cfg.reward.overlong, torch.tensor(raw, dtype=torch.float32),
+        torch.tensor([t.response_len for t in finished]), torch.tensor([t.truncated for t in finished]),
+        s.cfg.rollout.max_response_len, s.cfg.reward.overlong_buffer)
+    for t, r in zip(finished, rewards.tolist()):
+        t.reward = float(r)
+
+
+def admit(s: TrainSession, finished: list[Trajectory], acc: Counter) -> None:
+    """Finished samples join their group; complete groups pass dynamic sampling or are dropped."""
+    for t in finished:
+        group = s.experience.add(t)
+        if group is None:
+            continue
+        rewards = torch.tensor([g.reward for g in group])
+        if s.cfg.algo.dynamic_sampling and not bool(dynamic_sampling(rewards, [g.group_id for g in group]).any()):
+            s.samples.write(group, s.step + 1, "dropped", "all_rewards_equal")
+            s.counters["dropped_groups"] += 1
+            acc["dropped_groups"] += 1
+        else:
+            s.experience.admit(group)
+
+
+def step_metrics(s: TrainSession, batch: list[Trajectory], m: dict, acc: Counter, update_s: float,
+                 step_s: float) -> dict:
+    lengths = [t.response_len for t in batch]
+    segs = Counter(len(t.segments) for t in batch)
+    for k, v in segs.items():
+        s.history["segments_hist"][str(k)] = s.history["segments_hist"].get(str(k), 0) + v
+    s.history["entropy"].append(round(m["actor/entropy"], 5))
+    return {
+        **m,
+        "actor/lr": s.learner.optimizer.param_groups[0]["lr"],
+        "critic/score/mean": sum(t.reward for t in batch) / len(batch),
+        "response_length/mean": sum(lengths) / len(lengths),
+        "response_length/max": float(max(lengths)),
+        "response_length/clip_ratio": sum(t.truncated for t in batch) / len(batch),
+        "rollout/unfinished_pool": float(len(s.unfinished)),
+        "rollout/experience_pool": float(s.experience.num_samples()),
+        "rollout/new_prompts": float(acc["new_prompts"]),
+        "rollout/rounds": float(acc["rounds"]),
+        "rollout/segments_per_sample": sum(len(t.segments) for t in batch) / len(batch),
+        "rollout/reprefill_tokens": float(acc["reprefill"]),
+        "rollout/decoded_tokens": float(acc["decoded"]),
+        "rollout/max_staleness": float(acc["max_staleness"]),
+        "rollout/dropped_groups": float(acc["dropped_groups"]),
+        "rollout/slot_utilisation": acc["decoded"] / max(acc["slots"], 1),
+        "timing_s/gen": acc["gen_s"],
+        "timing_s/reward": acc["reward_s"],
+        "timing_s/update": update_s,
+        "timing_s/step": step_s,
+        "perf/throughput": acc["decoded"] / max(step_s, 1e-9),
+        "train/step": float(s.step),
+        "train/trained_samples": float(s.counters["trained_samples"]),
+        **{k: float(v) for k, v in s.reward.metrics().items()},
+    }
+
+
+def evaluate_policy(s: TrainSession) -> dict:
+    """Held-out accuracy with the configured evaluation protocol (same seed every time)."""
+    from ulorl.evaluation import evaluate
+
+    res = evaluate(s.engine, s.tokenizer, s.eval_prompts, s.cfg.eval,
+                   lambda rs, gts, dss: s.reward.score(rs, gts, dss))
+    return dict(res.summary)
+
+
+def summarize(s: TrainSession) -> dict:
+    ev = s.history["eval"]
+    return {"run_dir": str(s.run_dir), "steps": s.step, "trained_samples": s.counters["trained_samples"],
+            "dropped_groups": s.counters["dropped_groups"], "eval_before": ev.get("before"),
+            "eval_after": ev.get("after"), "entropy": s.history["entropy"],
+            "segments_hist": dict(sorted(s.history["segments_hist"].items(), key=lambda kv: int(kv[0])))}
+
+
+class _StopOnSignal:
+    """SIGTERM/SIGINT set a flag; the loop checkpoints at the step boundary and exits."""
+
+    def __init__(self) -> None:
+        self.requested = False
+        self._old = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                self._old[sig] = signal.signal(sig, self._handle)
+            except ValueError:  # not in the main thread
+                pass
+
+    def _handle(self, signum, frame) -> None:
+        if self.requested:  # second signal: stop now
+            raise KeyboardInterrupt
+        self.requested = True
+        say(f"signal {signum}: finishing the current step, then checkpointing")
+
+    def restore(self) -> None:
+        for sig, h in self._old.items():
+            signal.signal(sig, h)
