@@ -1,10 +1,13 @@
 """`samples.jsonl`: one line per sample when it is trained or dropped.
 
 Each line: sample id, prompt id, group id, step, number of segments and their
-policy versions, response length, stop reason, reward, status (`trained` |
-`dropped`) and why it was dropped. Users audit their data with it; the resume
-tests use it to prove no sample is lost or trained twice. On resume, lines written
-after the checkpoint's step are removed so the file stays exact.
+policy versions, response length, stop reason, reward, status and a reason:
+`trained`; `dropped` (reason `all_rewards_equal`: dynamic sampling); `skipped`
+(reason `non_finite`: the update of that step was skipped, the sample taught
+nothing). Users audit their data with it; the resume tests use it to prove no
+sample is lost or trained twice. On resume, lines written after the checkpoint's
+step (and a line torn by a crash) are removed so the file stays exact; `sync()`
+makes the lines durable before a checkpoint is committed.
 """
 
 from __future__ import annotations
@@ -28,8 +31,11 @@ def truncate_jsonl_after(path: Path, step: int) -> None:
             continue  # a line torn by a crash
         if rec.get("step", 0) <= step:
             keep.append(line)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text("".join(k + "\n" for k in keep))
+    tmp = path.with_name(path.name + f".tmp-{os.getpid()}")
+    with open(tmp, "w") as f:
+        f.write("".join(k + "\n" for k in keep))
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)
 
 
@@ -49,6 +55,11 @@ class SampleLog:
                    "stop_reason": t.stop_reason, "reward": t.reward, "status": status, "reason": reason}
             self._f.write(json.dumps(rec) + "\n")
         self._f.flush()
+
+    def sync(self) -> None:
+        """Flush and fsync: lines of the steps a checkpoint covers must survive a power loss too."""
+        self._f.flush()
+        os.fsync(self._f.fileno())
 
     def close(self) -> None:
         self._f.close()

@@ -1,18 +1,33 @@
 """Atomic checkpoints of everything a run needs to continue exactly.
 
 Layout of one checkpoint `RUN/checkpoints/step_000012/`:
-    model/            HF folder (safetensors) of the policy
+    model/            HF folder (safetensors) of the policy, plus its tokenizer
     optimizer.pt      optimizer state (loaded with `weights_only=True`: no arbitrary unpickling)
-    rng.pt            torch RNG state (tensor only)
+    rng.pt            torch RNG states, CPU and CUDA (tensors only, `weights_only=True`)
     state.json        step, policy version, prompt cursor/epoch, rollout rounds, python/numpy RNG,
-                      counters, logger state, the resolved config
+                      counters, history, the resolved config
     pools.json        unfinished pool and experience pool, every trajectory in full
     MANIFEST.json     size and sha256 of every file above; written last, inside the folder
 
-Writing: everything goes to `step_000012.tmp-<pid>/`, each file is fsynced, the
-folder is renamed into place, the parent is fsynced, then the `latest` pointer is
-replaced atomically. A crash at any moment leaves the previous checkpoint intact;
-a folder without a valid MANIFEST is never loaded. The last `keep` are kept.
+Writing protocol (`save_checkpoint`):
+  1. everything goes to `step_000012.tmp-<pid>/`; every file and folder is fsynced;
+  2. MANIFEST.json is written and fsynced (a folder without a valid manifest is never loaded);
+  3. the folder is renamed to `step_000012/` and the parent folder fsynced (re-saving the same
+     step moves the old folder aside first, so one complete copy always exists);
+  4. the `latest` pointer file is replaced atomically (write `latest.tmp-<pid>`, fsync, rename):
+     a checkpoint is *committed* once `latest` names it;
+  5. pruning: the last `keep` committed checkpoints stay; folders with a higher step than the one
+     just saved belong to an abandoned timeline (the run was resumed from an older checkpoint) and
+     are deleted, as are leftovers of interrupted saves.
+A crash at any moment leaves the previous committed checkpoint intact.
+
+Finding one (`find_resumable`): the checkpoint `latest` names, when it verifies; otherwise the
+newest verifying checkpoint not newer than the one `latest` names (all of them when there is no
+pointer). Every skipped folder is reported with the reason.
+
+Test hook: `ULORL_TEST_CRASH_IN_SAVE=<phase>[@<step>]` makes `save_checkpoint` exit the process
+at once (`os._exit(137)`, like SIGKILL) at one of the phases in `CRASH_PHASES`, for the step given
+(any step without `@`). Used by tests/resume/test_resume_kill.py; never set it otherwise.
 """
 
 from __future__ import annotations
@@ -21,6 +36,7 @@ import hashlib
 import json
 import os
 import random
+import re
 import shutil
 from pathlib import Path
 
@@ -29,10 +45,19 @@ import torch
 
 MANIFEST = "MANIFEST.json"
 LATEST = "latest"
+FORMAT_VERSION = 1
+# files a checkpoint must list in its manifest (the model weights are checked separately)
+REQUIRED_FILES = ("optimizer.pt", "rng.pt", "state.json", "pools.json", "model/config.json")
+CRASH_HOOK_ENV = "ULORL_TEST_CRASH_IN_SAVE"
+# files: data written, no manifest | manifest: complete in the temp folder, not renamed |
+# rename: in place, `latest` not updated | pointer: committed, not pruned
+CRASH_PHASES = ("files", "manifest", "rename", "pointer")
+_STEP_DIR = re.compile(r"^step_(\d+)$")
+_ASIDE_DIR = re.compile(r"^step_(\d+)\.old-\d+$")  # previous copy of a step being re-saved
 
 
 class CheckpointError(RuntimeError):
-    """A checkpoint that is missing, partial or corrupted."""
+    """A checkpoint that is missing, partial, corrupted, unsafe or incompatible with this run."""
 
 
 def _fsync_file(path: Path) -> None:
@@ -56,26 +81,56 @@ def _sha256(path: Path) -> str:
     return h.hexdigest()
 
 
+def _crash_hook(phase: str, step: int) -> None:
+    spec = os.environ.get(CRASH_HOOK_ENV)
+    if not spec:
+        return
+    want, _, at = spec.partition("@")
+    if want == phase and (not at or int(at) == step):
+        os._exit(137)
+
+
+def step_of(path: str | Path) -> int | None:
+    """Step number of a checkpoint folder name (`step_000012` or its moved-aside copy), else None."""
+    m = _STEP_DIR.match(Path(path).name) or _ASIDE_DIR.match(Path(path).name)
+    return int(m.group(1)) if m else None
+
+
+# -- RNG -----------------------------------------------------------------------------------------
 def rng_state() -> dict:
-    """Python and numpy RNG states as JSON-able data (torch's goes to rng.pt)."""
+    """Python and numpy RNG states as JSON-able data (torch's go to rng.pt)."""
     py = random.getstate()
     name, keys, pos, has_gauss, gauss = np.random.get_state(legacy=True)
     return {"python": [py[0], list(py[1]), py[2]],
             "numpy": [name, keys.tolist(), int(pos), int(has_gauss), float(gauss)]}
 
 
-def set_rng_state(state: dict, torch_state: torch.Tensor | None) -> None:
+def torch_rng_state() -> dict:
+    """CPU and (when present) CUDA generator states; tensors only, so `weights_only` loading works."""
+    state = {"cpu": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def set_rng_state(state: dict, torch_state: dict | torch.Tensor | None) -> None:
     py = state["python"]
     random.setstate((py[0], tuple(py[1]), py[2]))
     name, keys, pos, has_gauss, gauss = state["numpy"]
     np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
-    if torch_state is not None:
-        torch.set_rng_state(torch_state)
+    if torch_state is None:
+        return
+    if isinstance(torch_state, torch.Tensor):  # format of early checkpoints: the CPU state only
+        torch_state = {"cpu": torch_state}
+    torch.set_rng_state(torch_state["cpu"])
+    if torch_state.get("cuda") and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(torch_state["cuda"])
 
 
+# -- saving --------------------------------------------------------------------------------------
 def save_checkpoint(root: str | Path, step: int, *, model, tokenizer, optimizer_state: dict, state: dict,
                     pools: dict, keep: int = 2) -> Path:
-    """Write checkpoint `step` atomically under `root` and prune to the last `keep`."""
+    """Write checkpoint `step` atomically under `root`, commit it (`latest`), prune to the last `keep`."""
     root = Path(root)
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
@@ -86,38 +141,79 @@ def save_checkpoint(root: str | Path, step: int, *, model, tokenizer, optimizer_
     model.save_pretrained(tmp / "model", safe_serialization=True)
     tokenizer.save_pretrained(tmp / "model")
     torch.save(optimizer_state, tmp / "optimizer.pt")
-    torch.save(torch.get_rng_state(), tmp / "rng.pt")
+    torch.save(torch_rng_state(), tmp / "rng.pt")
     (tmp / "state.json").write_text(json.dumps({**state, "rng": rng_state()}))
     (tmp / "pools.json").write_text(json.dumps(pools))
     files = sorted(p for p in tmp.rglob("*") if p.is_file())
     for p in files:
         _fsync_file(p)
+    _crash_hook("files", step)
     manifest = {str(p.relative_to(tmp)): {"size": p.stat().st_size, "sha256": _sha256(p)} for p in files}
-    (tmp / MANIFEST).write_text(json.dumps({"step": step, "files": manifest}, indent=1))
+    (tmp / MANIFEST).write_text(json.dumps({"format": FORMAT_VERSION, "step": step, "files": manifest}, indent=1))
     _fsync_file(tmp / MANIFEST)
+    for d in sorted((p for p in tmp.rglob("*") if p.is_dir()), reverse=True):
+        _fsync_dir(d)
     _fsync_dir(tmp)
-    if final.exists():  # re-saving the same step (e.g. signal right after a periodic save)
-        shutil.rmtree(final)
+    _crash_hook("manifest", step)
+    aside = None
+    if final.exists():  # re-saving a step (e.g. the final save after the evaluation at the end)
+        aside = root / f"{final.name}.old-{os.getpid()}"
+        if aside.exists():
+            shutil.rmtree(aside)
+        os.replace(final, aside)  # a complete copy of the step exists at every moment
     os.replace(tmp, final)
     _fsync_dir(root)
-    pointer = root / f"{LATEST}.tmp-{os.getpid()}"
-    pointer.write_text(final.name)
-    _fsync_file(pointer)
-    os.replace(pointer, root / LATEST)
-    _fsync_dir(root)
-    _prune(root, keep)
+    _crash_hook("rename", step)
+    set_latest(root, final)
+    _crash_hook("pointer", step)
+    if aside is not None:
+        shutil.rmtree(aside, ignore_errors=True)
+    _prune(root, keep, step)
     return final
 
 
-def _prune(root: Path, keep: int) -> None:
-    done = sorted(p for p in root.glob("step_*") if p.is_dir() and ".tmp-" not in p.name)
-    for old in done[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    for stale in root.glob("*.tmp-*"):  # leftovers of crashed saves
+def set_latest(root: str | Path, checkpoint: str | Path) -> None:
+    """Atomically make the `latest` pointer of `root` name `checkpoint` (a folder inside `root`)."""
+    root = Path(root)
+    pointer = root / f"{LATEST}.tmp-{os.getpid()}"
+    pointer.write_text(Path(checkpoint).name)
+    _fsync_file(pointer)
+    os.replace(pointer, root / LATEST)
+    _fsync_dir(root)
+
+
+def _checkpoint_dirs(root: Path) -> list[tuple[int, Path]]:
+    """Committed-name checkpoint folders `step_NNNNNN` under `root`, as (step, path), oldest first."""
+    out = []
+    for p in root.glob("step_*"):
+        m = _STEP_DIR.match(p.name)
+        if m and p.is_dir():
+            out.append((int(m.group(1)), p))
+    return sorted(out)
+
+
+def _prune(root: Path, keep: int, current: int) -> None:
+    done = _checkpoint_dirs(root)
+    for s, p in done:
+        if s > current:  # a timeline abandoned by resuming from an older checkpoint
+            shutil.rmtree(p, ignore_errors=True)
+    older = [p for s, p in done if s <= current]
+    for p in older[:-keep]:
+        shutil.rmtree(p, ignore_errors=True)
+    for stale in list(root.glob("*.tmp-*")) + list(root.glob("step_*.old-*")):  # interrupted saves
         if stale.is_dir():
             shutil.rmtree(stale, ignore_errors=True)
+        else:
+            stale.unlink(missing_ok=True)
 
 
+def incomplete_saves(root: str | Path) -> list[Path]:
+    """Leftover folders of interrupted saves under `root` (never loaded; removed by the next save)."""
+    root = Path(root)
+    return sorted(p for p in root.glob("*.tmp-*") if p.is_dir()) if root.is_dir() else []
+
+
+# -- verifying and loading -----------------------------------------------------------------------
 def verify_checkpoint(path: str | Path) -> dict:
     """Check a checkpoint folder against its manifest; return the manifest or raise CheckpointError."""
     path = Path(path)
@@ -128,31 +224,47 @@ def verify_checkpoint(path: str | Path) -> dict:
         raise CheckpointError(f"checkpoint {path} is incomplete: no {MANIFEST} (the save was interrupted)")
     try:
         manifest = json.loads(mf.read_text())
-    except json.JSONDecodeError as e:
-        raise CheckpointError(f"checkpoint {path}: {MANIFEST} is corrupted ({e})") from e
-    for rel, meta in manifest["files"].items():
+        files = manifest["files"]
+        assert isinstance(files, dict)
+    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AssertionError) as e:
+        raise CheckpointError(f"checkpoint {path}: {MANIFEST} is corrupted ({e!r})") from e
+    missing = [f for f in REQUIRED_FILES if f not in files]
+    if not any(f in files for f in ("model/model.safetensors", "model/model.safetensors.index.json")):
+        missing.append("model/model.safetensors")
+    if missing:
+        raise CheckpointError(f"checkpoint {path} is incomplete: its manifest lists no {', '.join(missing)}")
+    for rel, meta in files.items():
         f = path / rel
-        if not f.exists():
+        if not f.is_file():
             raise CheckpointError(f"checkpoint {path} is missing {rel}")
-        if f.stat().st_size != meta["size"] or _sha256(f) != meta["sha256"]:
+        if not isinstance(meta, dict) or f.stat().st_size != meta.get("size") or _sha256(f) != meta.get("sha256"):
             raise CheckpointError(f"checkpoint {path}: {rel} does not match its checksum (corrupted)")
     return manifest
 
 
 def find_resumable(root: str | Path) -> tuple[Path | None, list[str]]:
-    """The newest valid checkpoint under `root` (trying `latest` first), plus notes on what was skipped."""
+    """The checkpoint to resume from under `root` (see the module docstring), plus notes on what was skipped."""
     root = Path(root)
     notes: list[str] = []
-    candidates: list[Path] = []
+    if not root.is_dir():
+        return None, notes
+    limit, named = None, None
     pointer = root / LATEST
     if pointer.exists():
-        candidates.append(root / pointer.read_text().strip())
-    candidates += sorted((p for p in root.glob("step_*") if p.is_dir() and ".tmp-" not in p.name), reverse=True)
-    seen = set()
-    for c in candidates:
-        if c in seen:
+        name = pointer.read_text().strip()
+        named, limit = root / name, step_of(name)
+        try:
+            verify_checkpoint(named)
+            return named, notes
+        except CheckpointError as e:
+            notes.append(f"skipped the checkpoint named by {pointer}: {e}")
+    candidates = _checkpoint_dirs(root) + [(step_of(p), p) for p in root.glob("step_*.old-*") if p.is_dir()]
+    for s, c in sorted(candidates, key=lambda sp: (sp[0], _STEP_DIR.match(sp[1].name) is not None), reverse=True):
+        if c == named:
             continue
-        seen.add(c)
+        if limit is not None and s > limit:
+            notes.append(f"skipped {c}: newer than the checkpoint named by {pointer} (not committed, or abandoned)")
+            continue
         try:
             verify_checkpoint(c)
             return c, notes
@@ -161,31 +273,60 @@ def find_resumable(root: str | Path) -> tuple[Path | None, list[str]]:
     return None, notes
 
 
-def load_checkpoint(path: str | Path) -> dict:
-    """Verify and load a checkpoint's data (the model folder is returned as a path)."""
+def resolve_resume_path(path: str | Path) -> Path:
+    """`--resume PATH`: a checkpoint folder, or a run folder / checkpoints folder (then its `latest`)."""
     path = Path(path)
-    verify_checkpoint(path)
+    for root in (path / "checkpoints", path):
+        if (root / LATEST).is_file():
+            return root / (root / LATEST).read_text().strip()
+    return path
+
+
+def _torch_load(path: Path):
+    try:
+        return torch.load(path, weights_only=True, map_location="cpu")
+    except Exception as e:  # pickle.UnpicklingError for anything but tensors and plain containers
+        raise CheckpointError(f"refusing to load {path}: it is not plain tensor data ({e.__class__.__name__}: "
+                              f"{str(e).splitlines()[0] if str(e) else ''})") from e
+
+
+def load_checkpoint(path: str | Path, *, verify: bool = True) -> dict:
+    """Verify and load a checkpoint's data (the model folder is returned as a path). Never unpickles objects."""
+    path = Path(path)
+    if verify:
+        verify_checkpoint(path)
+    try:
+        state = json.loads((path / "state.json").read_text())
+        pools = json.loads((path / "pools.json").read_text())
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        raise CheckpointError(f"checkpoint {path}: unreadable JSON ({e})") from e
     return {
+        "path": path,
         "model_dir": path / "model",
-        "optimizer": torch.load(path / "optimizer.pt", weights_only=True),
-        "torch_rng": torch.load(path / "rng.pt", weights_only=True),
-        "state": json.loads((path / "state.json").read_text()),
-        "pools": json.loads((path / "pools.json").read_text()),
+        "optimizer": _torch_load(path / "optimizer.pt"),
+        "torch_rng": _torch_load(path / "rng.pt"),
+        "state": state,
+        "pools": pools,
     }
 
 
-# config keys whose change makes a resumed run a different experiment
+# -- config changes between the checkpoint and the resumed run ----------------------------------
+# keys whose change makes a resumed run a different experiment, or makes the saved state meaningless
 INCOMPATIBLE_KEYS = ("model.path", "model.dtype", "rollout.num_segments", "rollout.max_response_len",
                      "rollout.group_size", "data.train", "data.seed", "data.train_size", "data.format",
+                     "data.shuffle", "data.prompt_key", "data.answer_key", "data.max_prompt_len",
                      "train.train_groups", "train.seed", "algo.is_mode")
-# changes that cannot alter what is computed
-HARMLESS_PREFIXES = ("logging.", "checkpoint.", "train.steps", "train.eval_every", "eval.", "sft.")
+# changes that cannot alter what is trained (the weights come from the checkpoint, so the warm start's
+# settings no longer matter); evaluation settings are *not* here: they would change the before/after report
+HARMLESS_KEYS = ("train.steps", "train.eval_every", "train.max_bad_steps", "train.max_rounds_per_step",
+                 "model.warm_start", "reward.num_workers")
+HARMLESS_PREFIXES = ("logging.", "checkpoint.", "sft.")
 
 
 def _flatten(d: dict, prefix: str = "") -> dict:
     out = {}
     for k, v in d.items():
-        if isinstance(v, dict):
+        if isinstance(v, dict) and v:
             out.update(_flatten(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
@@ -202,7 +343,7 @@ def compare_configs(saved: dict, current: dict) -> tuple[list[str], list[str], l
         line = f"{k}: {a.get(k)!r} -> {b.get(k)!r}"
         if k in INCOMPATIBLE_KEYS:
             bad.append(line)
-        elif k.startswith(HARMLESS_PREFIXES):
+        elif k in HARMLESS_KEYS or k.startswith(HARMLESS_PREFIXES):
             ok.append(line)
         else:
             other.append(line)

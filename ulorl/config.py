@@ -144,8 +144,10 @@ class TrainConfig:
 
 @dataclass
 class SFTConfig:
-    steps: int = 600
-    batch_size: int = 32
+    steps: int = 300
+    batch_size: int = 32  # sequences per batch (the cap per batch when bucketed)
+    bucketed: bool = False  # length-bucketed batches under batch_tokens (faster, learns less reliably)
+    batch_tokens: int = 1536  # padded tokens per bucketed batch
     lr: float = 3e-3
     warmup_steps: int = 30
     num_examples: int = 6000
@@ -153,7 +155,7 @@ class SFTConfig:
     seed: int = 0
 
     def __post_init__(self) -> None:
-        for k in ("steps", "batch_size", "lr", "num_examples", "max_size"):
+        for k in ("steps", "batch_size", "batch_tokens", "lr", "num_examples", "max_size"):
             _positive(f"sft.{k}", getattr(self, k))
         _positive("sft.warmup_steps", self.warmup_steps, allow_zero=True)
 
@@ -166,8 +168,10 @@ class LoggingConfig:
     wandb_project: str = "ulorl"
 
     def __post_init__(self) -> None:
+        from ulorl.logging import LoggerName
+
         for name in self.loggers:
-            _choice("logging.loggers", name, ["console", "jsonl", "tensorboard", "wandb"])
+            _choice("logging.loggers", name, list(LoggerName))
 
 
 @dataclass

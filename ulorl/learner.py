@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import torch
 
-from ulorl.algo import (dmmpt_mask, dynamic_sampling, group_advantages, mpt_mask, pois_bias_by_age, policy_loss,
+from ulorl.algo import (dmmpt_mask, group_advantages, mpt_mask, pois_bias_by_age, policy_loss,
                         stale_token_policy)
 from ulorl.config import AlgoConfig, EntropyMaskMode, TrainConfig
 from ulorl.logprobs import chunked_logprobs_entropy
@@ -159,7 +159,11 @@ class Learner:
             self.optimizer.zero_grad(set_to_none=True)
         out = {k: v / n_tokens for k, v in acc.items() if not k.startswith("_")}
         out.update({k: v for k, v in acc.items() if k.startswith("_")})
-        return _finish_metrics(out, grad_norm, skipped, mbs, n_tokens)
+        out = _finish_metrics(out, grad_norm, skipped, mbs, n_tokens)
+        out["critic/advantages/mean"] = float(adv.mean())
+        out["critic/advantages/max"] = float(adv.max())
+        out["critic/advantages/min"] = float(adv.min())
+        return out
 
     def loss_hook(self, loss: torch.Tensor) -> torch.Tensor:
         """Identity; tests replace it to inject faults (e.g. a NaN loss)."""
@@ -221,7 +225,3 @@ def _finish_metrics(acc: dict, grad_norm: float, skipped: bool, mbs: list[MicroB
             out[f"pois/max_abs_log_ratio_age{age}"] = acc[f"_age{age}_max"]
     return out
 
-
-def select_trainable(rewards: torch.Tensor, group_ids: list[str]) -> torch.Tensor:
-    """Dynamic-sampling keep mask `(N,)` (re-exported for the trainer)."""
-    return dynamic_sampling(rewards, group_ids)

@@ -18,8 +18,9 @@ import numpy as np
 import torch
 
 from ulorl.audit import SampleLog
-from ulorl.checkpoint import (CheckpointError, compare_configs, find_resumable, load_checkpoint, save_checkpoint,
-                              set_rng_state)
+from ulorl.checkpoint import (LATEST, CheckpointError, compare_configs, find_resumable, incomplete_saves,
+                              load_checkpoint, resolve_resume_path, rng_state, save_checkpoint, set_latest,
+                              set_rng_state, step_of, torch_rng_state)
 from ulorl.config import RunConfig, dump_yaml, to_dict
 from ulorl.data import load_prompts
 from ulorl.learner import Learner
@@ -50,7 +51,10 @@ def warm_start(cfg: RunConfig, run_dir: Path) -> str:
     if cfg.model.warm_start == "none":
         return cfg.model.path
     done = run_dir / "warm_start" / "model"
-    if (done / "config.json").exists() and (done / "model.safetensors").exists():
+    for stale in run_dir.glob("warm_start.tmp-*"):  # a warm start killed half-way: never used, redone
+        say(f"removing {stale}: an interrupted SFT warm start")
+        shutil.rmtree(stale, ignore_errors=True)
+    if (done / "config.json").exists() and (done / "model.safetensors").exists():  # made by an atomic rename
         say(f"reusing the SFT warm start in {done}")
         return str(done)
     tmp = run_dir / f"warm_start.tmp-{os.getpid()}"
@@ -70,7 +74,6 @@ class TrainSession:
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self.ckpt_root = self.run_dir / "checkpoints"
         ckpt = self._find_checkpoint(resume)
-        seed_everything(cfg.train.seed)
         policy_path = str(ckpt["model_dir"]) if ckpt else warm_start(cfg, self.run_dir)
         self.start_policy = policy_path
         self.tokenizer = load_tokenizer(policy_path, cfg.model.trust_remote_code)
@@ -78,6 +81,7 @@ class TrainSession:
         if cfg.model.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
         self.eos_ids = eos_token_ids(self.model, self.tokenizer)
+        seed_everything(cfg.train.seed)  # after the warm start and model creation, which seed torch themselves
         self.train_prompts, report = load_prompts(cfg.data, self.tokenizer, "train")
         say(f"train data: {report.summary()}")
         self.eval_prompts = []
@@ -97,8 +101,14 @@ class TrainSession:
         self.reward = RewardManager(cfg.reward)
         self.step, self.version, self.counters = 0, 0, {"trained_samples": 0, "dropped_groups": 0, "bad_steps": 0}
         self.history: dict = {"entropy": [], "eval": {}, "segments_hist": {}}
+        self._saved: tuple | None = None  # (step, state, rng) of the last save, to skip identical re-saves
         if ckpt:
-            self._restore(ckpt)
+            try:
+                self._restore(ckpt)
+            except BaseException:
+                self.reward.close()
+                raise
+            self._commit_resumed(ckpt["path"])
         resume_step = self.step if ckpt else None
         (self.run_dir / "config.yaml").write_text(dump_yaml(cfg))
         self.loggers = make_loggers(cfg.logging.loggers, self.run_dir, table_every=cfg.logging.table_every,
@@ -107,47 +117,89 @@ class TrainSession:
 
     # -- resume --------------------------------------------------------------------------------
     def _find_checkpoint(self, resume: str | None) -> dict | None:
+        """The checkpoint to resume from (verified, config-checked), or None for a fresh start."""
         if resume is None:
+            earlier = [p for p in self.ckpt_root.glob("step_*") if step_of(p) is not None]
+            if earlier or (self.ckpt_root / LATEST).exists():
+                raise CheckpointError(f"{self.ckpt_root} already holds checkpoints of an earlier run: pass "
+                                      "--resume auto to continue it, or choose another --output-dir")
             return None
         if resume == "auto":
             path, notes = find_resumable(self.ckpt_root)
             for n in notes:
-                say(n)
+                say(f"--resume auto: {n}")
             if path is None:
-                say(f"--resume auto: no complete checkpoint in {self.ckpt_root}; starting from the beginning")
+                left = incomplete_saves(self.ckpt_root)
+                why = f" (ignoring {len(left)} interrupted save(s): {', '.join(p.name for p in left)})" if left else ""
+                say(f"--resume auto: no complete checkpoint in {self.ckpt_root}{why}; starting from the beginning")
                 return None
+            ckpt = load_checkpoint(path, verify=False)  # find_resumable has just verified it
         else:
-            path = Path(resume)
-        ckpt = load_checkpoint(path)  # raises CheckpointError with a clear message
+            path = resolve_resume_path(resume)
+            try:
+                ckpt = load_checkpoint(path)
+            except CheckpointError as e:
+                raise CheckpointError(f"{e}\n(--resume auto falls back to the newest valid checkpoint)") from e
         bad, ok, other = compare_configs(ckpt["state"]["config"], to_dict(self.cfg))
         if bad:
-            raise CheckpointError(f"refusing to resume from {path}: incompatible config changes:\n  " +
-                                  "\n  ".join(bad))
+            raise CheckpointError(f"refusing to resume from {path}: incompatible config changes (they would make "
+                                  "the saved state meaningless or the run a different experiment):\n  " +
+                                  "\n  ".join(bad) + "\nundo them, or start a new run in another --output-dir")
         for line in ok:
             say(f"resume: harmless config change {line}")
         for line in other:
             say(f"resume: config change allowed, may alter results: {line}")
-        say(f"resuming from {path}")
+        say(f"resuming from {path} (step {ckpt['state']['step']})")
         return ckpt
 
     def _restore(self, ckpt: dict) -> None:
         s = ckpt["state"]
         self.step, self.version, self.counters, self.history = s["step"], s["version"], s["counters"], s["history"]
-        self.prompts.load_state_dict(s["prompt_source"])
+        try:
+            self.prompts.load_state_dict(s["prompt_source"])
+        except ValueError as e:
+            raise CheckpointError(f"refusing to resume from {ckpt['path']}: {e}") from e
         self.rollout.load_state_dict(s["rollout"])
         self.unfinished = UnfinishedPool.from_dict(ckpt["pools"]["unfinished"])
         self.experience = ExperiencePool.from_dict(ckpt["pools"]["experience"])
         self.learner.load_state_dict({"optimizer": ckpt["optimizer"]})
         set_rng_state(s["rng"], ckpt["torch_rng"])
 
+    def _commit_resumed(self, path: Path) -> None:
+        """Point `latest` at the checkpoint resumed from (a fallback or an explicit older one).
+
+        The logs are cut back to its step, so newer checkpoints are an abandoned timeline: a crash before
+        the next save must resume from here again, and the next save deletes them."""
+        path = Path(path)
+        pointer = self.ckpt_root / LATEST
+        if path.parent.resolve() != self.ckpt_root.resolve():
+            return
+        if not pointer.exists() or pointer.read_text().strip() != path.name:
+            set_latest(self.ckpt_root, path)
+
     def save(self) -> Path:
+        """Checkpoint the state at this step boundary (skipped when identical to the last save of this step)."""
         state = {"step": self.step, "version": self.version, "counters": self.counters, "history": self.history,
                  "prompt_source": self.prompts.state_dict(), "rollout": self.rollout.state_dict(),
                  "config": to_dict(self.cfg)}
+        # pools only change inside a step, so (step, state, RNG) identifies what a save of this step would hold
+        torch_rng = torch_rng_state()
+        snapshot = (self.step, json.dumps(state), json.dumps(rng_state()),
+                    [t.numpy().tobytes() for t in [torch_rng["cpu"], *torch_rng.get("cuda", [])]])
+        final = self.ckpt_root / f"step_{self.step:06d}"
+        if self._saved == snapshot and final.is_dir():
+            return final
+        self.samples.sync()  # the logs of the steps this checkpoint covers are durable before it is committed
+        metrics = self.run_dir / "metrics.jsonl"
+        if metrics.exists():
+            with open(metrics, "rb") as f:
+                os.fsync(f.fileno())
         pools = {"unfinished": self.unfinished.to_dict(), "experience": self.experience.to_dict()}
-        return save_checkpoint(self.ckpt_root, self.step, model=self.model, tokenizer=self.tokenizer,
+        path = save_checkpoint(self.ckpt_root, self.step, model=self.model, tokenizer=self.tokenizer,
                                optimizer_state=self.learner.state_dict()["optimizer"], state=state, pools=pools,
                                keep=self.cfg.checkpoint.keep)
+        self._saved = snapshot
+        return path
 
     def close(self) -> None:
         self.reward.close()

@@ -4,7 +4,9 @@ RL needs a policy with non-trivial but imperfect accuracy. We train the tiny mod
 on worked solutions of problems with at most `sft.max_size` steps for a short,
 fixed budget, so it answers short problems often and long ones rarely: RL has
 something to learn. The loss is the mean cross-entropy over response tokens
-(prompt tokens are not trained). Writes an HF folder and a loss curve.
+(prompt tokens are not trained). Batches are random (`sft.bucketed=false`, the
+default: mixed lengths learn the task more reliably) or length-bucketed under a
+token budget (less padding, faster steps). Writes an HF folder and a loss curve.
 """
 
 from __future__ import annotations
@@ -49,6 +51,19 @@ def _batch(seqs, pad_id):
     return ids, attn, labels
 
 
+def bucket_batches(lengths: list[int], token_budget: int, max_seqs: int) -> list[list[int]]:
+    """Indices grouped by similar length so that `len(batch) * max_len <= token_budget`."""
+    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
+    batches: list[list[int]] = [[]]
+    for i in order:
+        b = batches[-1]
+        if b and ((len(b) + 1) * lengths[i] > token_budget or len(b) >= max_seqs):
+            batches.append([i])
+        else:
+            b.append(i)
+    return batches
+
+
 def lr_at(step: int, cfg: SFTConfig) -> float:
     """Linear warm-up then cosine decay to 10% of the peak."""
     if step < cfg.warmup_steps:
@@ -67,12 +82,19 @@ def run_sft(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progres
     data = sft_sequences(tok, cfg.num_examples, cfg.seed, cfg.max_size)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
     gen = torch.Generator().manual_seed(cfg.seed)
+    batches = bucket_batches([len(p) + len(r) for p, r in data], cfg.batch_tokens, cfg.batch_size)
+    order: list[int] = []
     model.train()
     losses = []
     t0 = time.time()
     with open(out / "metrics.jsonl", "w") as log, tqdm(total=cfg.steps, desc="sft", disable=not progress) as bar:
         for step in range(cfg.steps):
-            idx = torch.randint(len(data), (cfg.batch_size,), generator=gen).tolist()
+            if cfg.bucketed:
+                if not order:  # a new epoch over the buckets, in random order
+                    order = torch.randperm(len(batches), generator=gen).tolist()
+                idx = batches[order.pop()]
+            else:
+                idx = torch.randint(len(data), (cfg.batch_size,), generator=gen).tolist()
             ids, attn, labels = _batch([data[i] for i in idx], tok.pad_token_id)
             for g in opt.param_groups:
                 g["lr"] = lr_at(step, cfg)

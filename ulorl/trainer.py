@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from ulorl.algo import dynamic_sampling
 from ulorl.config import RunConfig
 from ulorl.reward import apply_overlong_policy
+from ulorl.rollout.segment import SampleError
 from ulorl.session import TrainSession, say
 from ulorl.trajectory import Trajectory
 
@@ -75,22 +76,27 @@ def train_step(s: TrainSession) -> dict:
     keep = [not (s.cfg.reward.overlong == "filter" and t.truncated) for t in batch]
     m = s.learner.update(batch, s.version, loss_keep=keep)
     update_s = time.time() - tu
-    if m["actor/skipped"]:
+    skipped = bool(m["actor/skipped"])
+    if skipped:  # weights and optimizer untouched; the step still ends, its samples are logged as skipped
         s.counters["bad_steps"] += 1
+        s.counters["skipped_steps"] = s.counters.get("skipped_steps", 0) + 1
         say(f"step {s.step + 1}: non-finite loss or gradient norm, update skipped "
-            f"({s.counters['bad_steps']} in a row)")
-        if s.counters["bad_steps"] >= s.cfg.train.max_bad_steps:
-            s.save()
-            raise FloatingPointError(f"{s.counters['bad_steps']} consecutive non-finite updates: stopping. The last "
-                                     f"good state is checkpointed in {s.ckpt_root}.")
+            f"({s.counters['bad_steps']} in a row, limit train.max_bad_steps={s.cfg.train.max_bad_steps})")
     else:
         s.counters["bad_steps"] = 0
         s.version += 1
         s.engine.sync_weights(s.model.state_dict())
     s.step += 1
-    s.counters["trained_samples"] += len(batch)
-    s.samples.write(batch, s.step, "trained")
-    return step_metrics(s, batch, m, acc, update_s, time.time() - t0)
+    s.counters["trained_samples"] += 0 if skipped else len(batch)
+    s.samples.write(batch, s.step, "skipped" if skipped else "trained", "non_finite" if skipped else None)
+    metrics = step_metrics(s, batch, m, acc, update_s, time.time() - t0)
+    if s.counters["bad_steps"] >= s.cfg.train.max_bad_steps:
+        s.loggers.log(metrics, s.step)
+        path = s.save()
+        raise FloatingPointError(f"{s.counters['bad_steps']} consecutive non-finite updates (train.max_bad_steps): "
+                                 f"stopping at step {s.step}. The weights and optimizer are those of the last good "
+                                 f"update (step {s.step - s.counters['bad_steps']}); checkpoint: {path}")
+    return metrics
 
 
 def score(s: TrainSession, finished: list[Trajectory]) -> None:
@@ -98,7 +104,10 @@ def score(s: TrainSession, finished: list[Trajectory]) -> None:
     if not finished:
         return
     texts = s.tokenizer.batch_decode([t.response_tokens for t in finished], skip_special_tokens=True)
-    raw = s.reward.score(texts, [t.ground_truth for t in finished], [t.data_source for t in finished])
+    try:
+        raw = s.reward.score(texts, [t.ground_truth for t in finished], [t.data_source for t in finished])
+    except Exception as e:
+        raise SampleError(f"step {s.step + 1}: reward scoring", finished, e) from e
     rewards, _ = apply_overlong_policy(
         s.cfg.reward.overlong, torch.tensor(raw, dtype=torch.float32),
         torch.tensor([t.response_len for t in finished]), torch.tensor([t.truncated for t in finished]),

@@ -22,7 +22,7 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 def builtin_model_dir() -> Path:
     """Where the built-in random-init tiny model is cached (`$ULORL_CACHE` or ~/.cache/ulorl)."""
     root = Path(os.environ.get("ULORL_CACHE", Path.home() / ".cache" / "ulorl"))
-    return root / "tiny-qwen3-v2"
+    return root / "tiny-qwen3-v3"
 
 
 def resolve_model_path(path: str | os.PathLike) -> Path:

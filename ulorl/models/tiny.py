@@ -18,13 +18,13 @@ from ulorl.models.tokenizer import build_tokenizer
 
 @dataclass
 class TinyModelSpec:
-    """Size of the built-in model (defaults: ~0.16M parameters, fast on 2 CPU cores)."""
+    """Size of the built-in model (defaults: ~0.65M parameters, fast on 2 CPU cores)."""
 
-    hidden_size: int = 64
-    num_layers: int = 2
+    hidden_size: int = 128
+    num_layers: int = 3
     num_heads: int = 4
     num_kv_heads: int = 2
-    intermediate_size: int = 256
+    intermediate_size: int = 512
     max_positions: int = 4096
     vocab_size: int | None = None  # None: the built-in tokenizer's size; set larger to test big vocabularies
 

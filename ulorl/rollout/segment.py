@@ -20,6 +20,18 @@ from ulorl.rollout.prompt_source import PromptSource
 from ulorl.trajectory import StopReason, Trajectory
 
 
+class SampleError(RuntimeError):
+    """An engine or reward failure, naming the samples and groups it concerns (`.sample_ids`, `.group_ids`)."""
+
+    def __init__(self, what: str, trajs: list[Trajectory], cause: BaseException, limit: int = 8) -> None:
+        self.sample_ids = [t.sample_id for t in trajs]
+        self.group_ids = list(dict.fromkeys(t.group_id for t in trajs))
+        shown = ", ".join(self.sample_ids[:limit]) + (f" (+{len(trajs) - limit} more)" if len(trajs) > limit else "")
+        super().__init__(f"{what} failed on {len(trajs)} sample(s) of group(s) {', '.join(self.group_ids[:limit])}"
+                         f"{' ...' if len(self.group_ids) > limit else ''}: {shown}: "
+                         f"{cause.__class__.__name__}: {cause}")
+
+
 @dataclass
 class RoundResult:
     finished: list[Trajectory]
@@ -58,8 +70,11 @@ class SegmentRollout:
         ]
         batch = continued + fresh
         reprefill = sum(t.response_len for t in continued)
-        outs = self.engine.generate([t.prompt_tokens + t.response_tokens for t in batch], self.segment_len,
-                                    self.params, seed=self.seed * 1_000_003 + self.rounds)
+        try:
+            outs = self.engine.generate([t.prompt_tokens + t.response_tokens for t in batch], self.segment_len,
+                                        self.params, seed=self.seed * 1_000_003 + self.rounds)
+        except Exception as e:
+            raise SampleError(f"rollout round {self.rounds} (step {step + 1}): the engine", batch, e) from e
         self.rounds += 1
         finished, decoded, staleness = [], 0, 0
         for traj, out in zip(batch, outs):

@@ -1,0 +1,55 @@
+"""Shared fixtures: a tiny model built in code (no downloads), quiet transformers, run configs."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+
+import pytest
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _isolated_cache(tmp_path_factory):
+    """The built-in model is created in a per-session cache, never in the user's home."""
+    old = os.environ.get("ULORL_CACHE")
+    os.environ["ULORL_CACHE"] = str(tmp_path_factory.mktemp("ulorl_cache"))
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+    yield
+    if old is None:
+        os.environ.pop("ULORL_CACHE", None)
+    else:
+        os.environ["ULORL_CACHE"] = old
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory):
+    from ulorl.models import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny") / "model")
+
+
+class FakeReward:
+    """Deterministic stand-in for RewardManager: reward = parity of a hash of the response text."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def score(self, responses, ground_truths, data_sources, extra_infos=None):
+        self.calls += 1
+        return [float(hashlib.md5(r.encode()).digest()[0] % 2) for r in responses]
+
+    def metrics(self):
+        return {}
+
+    def close(self):
+        pass
+
+
+@pytest.fixture
+def fake_reward():
+    return FakeReward()

@@ -1,0 +1,147 @@
+"""Learner: chunked log-probs, IS modes on real trajectories, micro-batch invariance, NaN guard."""
+
+import copy
+import math
+
+import pytest
+import torch
+
+from ulorl.config import AlgoConfig, TrainConfig
+from ulorl.learner import Learner, make_micro_batches
+from ulorl.logprobs import chunked_logprobs_entropy
+from ulorl.models import load_model
+from ulorl.trajectory import Trajectory
+
+
+def naive(hidden, weight, targets, temperature):
+    logits = (hidden @ weight.T).float() / temperature  # the full (N, V) tensor
+    logp = torch.log_softmax(logits, -1)
+    ent = -(logp.exp() * logp).sum(-1)
+    return logp.gather(-1, targets[:, None]).squeeze(-1), ent
+
+
+def test_chunked_equals_unchunked_values_and_grads():
+    torch.manual_seed(0)
+    N, H, V = 300, 16, 500
+    h1 = torch.randn(N, H, requires_grad=True)
+    w1 = torch.randn(V, H, requires_grad=True)
+    tgt = torch.randint(V, (N,))
+    h2, w2 = h1.detach().clone().requires_grad_(), w1.detach().clone().requires_grad_()
+    lp_c, ent_c = chunked_logprobs_entropy(h1, w1, tgt, temperature=0.85, chunk=64)
+    lp_n, ent_n = naive(h2, w2, tgt, 0.85)
+    assert torch.allclose(lp_c, lp_n, atol=1e-5) and torch.allclose(ent_c, ent_n, atol=1e-5)
+    (lp_c * torch.linspace(-1, 1, N)).sum().backward()
+    (lp_n * torch.linspace(-1, 1, N)).sum().backward()
+    assert torch.allclose(h1.grad, h2.grad, atol=1e-5) and torch.allclose(w1.grad, w2.grad, atol=1e-5)
+
+
+def test_chunked_path_never_keeps_full_logits():
+    # record every tensor autograd saves for backward: with chunking + recomputation, nothing of size
+    # N x V is kept; the largest saved tensor is independent of N.
+    def max_saved(N, chunk):
+        torch.manual_seed(0)
+        h = torch.randn(N, 8, requires_grad=True)
+        w = torch.randn(1000, 8, requires_grad=True)
+        sizes = []
+
+        def pack(t):
+            sizes.append(t.numel())
+            return t
+
+        with torch.autograd.graph.saved_tensors_hooks(pack, lambda t: t):
+            lp, _ = chunked_logprobs_entropy(h, w, torch.randint(1000, (N,)), chunk=chunk)
+        lp.sum().backward()
+        return max(sizes)
+
+    V = 1000
+    small, large = max_saved(256, 64), max_saved(4096, 64)
+    assert large < 4096 * V / 4  # far below the naive (N, V) logits
+    assert large == small  # does not grow with N
+
+
+def traj(i, group, prompt, response, blp, versions, reward):
+    t = Trajectory(sample_id=f"{group}/{i}", group_id=group, prompt_id=0, prompt_tokens=prompt, ground_truth="0",
+                   data_source="t", reward=reward, stop_reason="eos")
+    start = 0
+    for v, n in versions:
+        t.append_segment(response[start : start + n], blp[start : start + n], v)
+        start += n
+    return t
+
+
+@pytest.fixture
+def batch():
+    g = torch.Generator().manual_seed(1)
+    out = []
+    for i in range(4):
+        n = 6 + 3 * i
+        resp = torch.randint(5, 300, (n,), generator=g).tolist()
+        blp = (-torch.rand(n, generator=g) * 3).tolist()  # behaviour log-probs far from the current policy
+        out.append(traj(i, f"g{i // 2}", [3, 20, 21, 6], resp, blp, [(0, n // 2), (1, n - n // 2)],
+                        reward=float(i % 2)))
+    return out
+
+
+def learner(model_dir, **algo):
+    model = load_model(model_dir)
+    return Learner(model, TrainConfig(lr=1e-3, micro_batch_tokens=10_000), AlgoConfig(**algo), temperature=0.85,
+                   pad_id=0)
+
+
+def current_logprobs(ln, trajs, version):
+    mb = make_micro_batches(trajs, torch.zeros(len(trajs)), version, 0, 10_000)[0]
+    with torch.no_grad():
+        lp, _ = ln.forward(mb)
+    return lp, mb
+
+
+def test_pois_ratio_is_one_and_sais_uses_stored_behaviour_logprobs(tiny_model_dir, batch):
+    ln = learner(tiny_model_dir, is_mode="pois", entropy_mask="none")
+    m = ln.update(batch, version=2)
+    assert m["actor/ratio_mean"] == 1.0 and m["actor/pg_clipfrac"] == 0.0 and m["actor/ppo_kl"] == 0.0
+
+    ln = learner(tiny_model_dir, is_mode="sais", entropy_mask="none")
+    lp, mb = current_logprobs(ln, batch, 2)
+    mask = mb.response_mask
+    expected = torch.exp(lp - mb.behaviour_logprobs)[mask].mean().item()  # pi_theta / pi_behaviour per token
+    m = ln.update(batch, version=2)
+    assert m["actor/ratio_mean"] == pytest.approx(expected, rel=1e-5)
+    assert m["actor/pg_clipfrac"] > 0  # drifted ratios get clipped under SAIS
+    # POIS bias diagnostic: tokens of version 0 are 2 versions old, of version 1 one version old
+    assert set(k for k in m if k.startswith("pois/abs_log_ratio_age")) == {"pois/abs_log_ratio_age1",
+                                                                         "pois/abs_log_ratio_age2"}
+
+
+def test_micro_batches_give_the_full_batch_update(tiny_model_dir, batch):
+    a = learner(tiny_model_dir, is_mode="pois", entropy_mask="dmmpt", sigma=10.0)
+    b = copy.deepcopy(a)
+    b.train_cfg = TrainConfig(lr=1e-3, micro_batch_tokens=24)  # forces one sequence per micro-batch
+    ma, mb_ = a.update(batch, 1), b.update(batch, 1)
+    assert ma["actor/micro_batches"] == 1 and mb_["actor/micro_batches"] == 4
+    assert ma["actor/grad_norm"] == pytest.approx(mb_["actor/grad_norm"], rel=1e-5)
+    for pa, pb in zip(a.model.parameters(), b.model.parameters()):
+        assert torch.allclose(pa, pb, atol=1e-6)
+
+
+def test_nan_loss_skips_update_and_leaves_weights_untouched(tiny_model_dir, batch):
+    ln = learner(tiny_model_dir)
+    ln.update(batch, 0)  # one good step so the optimizer has state
+    before = {k: v.clone() for k, v in ln.model.state_dict().items()}
+    opt_before = copy.deepcopy(ln.optimizer.state_dict())
+    ln.loss_hook = lambda loss: loss * float("nan")
+    m = ln.update(batch, 1)
+    assert m["actor/skipped"] == 1.0 and math.isnan(m["actor/grad_norm"])
+    for k, v in ln.model.state_dict().items():
+        assert torch.equal(v, before[k])
+    after = ln.optimizer.state_dict()
+    assert after["state"].keys() == opt_before["state"].keys()
+    for k in after["state"]:
+        assert torch.equal(after["state"][k]["exp_avg"], opt_before["state"][k]["exp_avg"])
+        assert after["state"][k]["step"] == opt_before["state"][k]["step"]
+
+
+def test_filtered_samples_contribute_no_tokens(tiny_model_dir, batch):
+    ln = learner(tiny_model_dir)
+    m_all = ln.update(batch, 0)
+    m_keep = learner(tiny_model_dir).update(batch, 0, loss_keep=[True, False, True, True])
+    assert m_all["actor/response_tokens"] - m_keep["actor/response_tokens"] == batch[1].response_len

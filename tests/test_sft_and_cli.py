@@ -1,0 +1,70 @@
+"""SFT warm start and the CLI end to end on the tiny model (short runs)."""
+
+import json
+
+import pytest
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from ulorl.cli import build_parser, main
+from ulorl.config import ModelConfig, SFTConfig
+from ulorl.sft import run_sft
+
+
+def test_sft_loss_goes_down_and_saves_a_loadable_model(tmp_path, tiny_model_dir):
+    out = run_sft(ModelConfig(path=str(tiny_model_dir)), SFTConfig(steps=40, lr=3e-3, num_examples=200, batch_size=16),
+                  tmp_path / "sft", progress=False)
+    losses = [json.loads(l)["sft/loss"] for l in (tmp_path / "sft" / "metrics.jsonl").read_text().splitlines()]
+    assert len(losses) == 40
+    assert sum(losses[-5:]) / 5 < 0.6 * sum(losses[:5]) / 5  # the loss falls by more than 40%
+    assert (tmp_path / "sft" / "loss.png").stat().st_size > 0
+    model = AutoModelForCausalLM.from_pretrained(out)
+    tok = AutoTokenizer.from_pretrained(out)
+    prompt = tok.apply_chat_template([{"role": "user", "content": "chain start 1 steps 2"}], tokenize=False,
+                                     add_generation_prompt=True)
+    ids = tok(prompt, return_tensors="pt", add_special_tokens=False)
+    gen = model.generate(**ids, max_new_tokens=8, do_sample=False, pad_token_id=tok.pad_token_id)
+    assert gen.shape[1] > ids["input_ids"].shape[1]
+
+
+def test_help_describes_every_command(capsys):
+    parser = build_parser()
+    with pytest.raises(SystemExit):
+        parser.parse_args(["--help"])
+    text = capsys.readouterr().out
+    for cmd in ("train", "sft", "eval", "clean", "plot", "config"):
+        assert cmd in text
+    for cmd in ("train", "sft", "eval", "clean", "plot", "config"):
+        with pytest.raises(SystemExit):
+            parser.parse_args([cmd, "--help"])
+        assert "usage: ulorl " + cmd in capsys.readouterr().out
+
+
+def test_config_errors_exit_2_with_a_message(capsys):
+    assert main(["config", "rollout.num_segments=7"]) == 2
+    assert "rollout.num_segments=7 must divide" in capsys.readouterr().err
+
+
+def test_train_end_to_end_on_the_tiny_model(tmp_path, tiny_model_dir, capsys):
+    run = tmp_path / "run"
+    rc = main(["train", "-o", str(run), f"model.path={tiny_model_dir}", "model.warm_start=none",
+               "train.steps=2", "train.train_groups=1", "rollout.group_size=2", "rollout.decode_batch=4",
+               "rollout.max_response_len=16", "rollout.num_segments=2", "algo.dynamic_sampling=false",
+               "data.train_size=20", "data.eval_size=4", "eval.k=2", "eval.pass_k=[1,2]", "eval.max_new_tokens=16",
+               "logging.progress=false", "reward.num_workers=1", "train.lr=1e-3"])
+    assert rc == 0
+    out = capsys.readouterr().out
+    assert "=== ulorl train: summary ===" in out and "held-out avg@k" in out and str(run) in out
+    for name in ("config.yaml", "metrics.jsonl", "samples.jsonl", "summary.json", "checkpoints/latest"):
+        assert (run / name).exists(), name
+    metrics = [json.loads(l) for l in (run / "metrics.jsonl").read_text().splitlines()]
+    assert [m["step"] for m in metrics] == [1, 2]
+    required = ["actor/entropy", "actor/pg_loss", "actor/pg_clipfrac", "actor/dmmpt_mask_ratio", "actor/grad_norm",
+                "critic/score/mean", "response_length/mean", "response_length/max", "response_length/clip_ratio",
+                "rollout/unfinished_pool", "rollout/experience_pool", "rollout/new_prompts",
+                "rollout/segments_per_sample", "rollout/reprefill_tokens", "rollout/max_staleness", "timing_s/gen",
+                "timing_s/reward", "timing_s/update", "timing_s/step", "perf/throughput"]
+    for key in required:
+        assert key in metrics[-1], key
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 2 and summary["trained_samples"] == 4
+    assert set(summary["eval_before"]) >= {"avg@k", "pass@1", "pass@2"}

@@ -1,0 +1,94 @@
+"""The training loop with a deterministic scripted engine: accounting, synchronous M=1, fixed batches."""
+
+import json
+from collections import Counter
+
+import pytest
+
+from ulorl.config import load_run_config
+from ulorl.rollout.engines.scripted import ScriptedEngine
+from ulorl.session import TrainSession
+from ulorl.trainer import train_step
+
+# a long-tailed length script: most short, a few 10x longer
+LENGTHS = [3, 5, 2, 8, 4, 6, 30, 3, 2, 7, 5, 48, 4, 3, 9, 2, 64, 6, 3, 5]
+
+
+def session(tmp_path, fake_reward, overrides, lengths=LENGTHS):
+    cfg = load_run_config(None, ["model.warm_start=none", "data.eval=null", "data.train_size=300",
+                                 "logging.progress=false", "logging.loggers=[jsonl]", "train.lr=1e-4",
+                                 "rollout.max_response_len=64", "rollout.group_size=4", *overrides])
+    s = TrainSession(cfg, tmp_path / "run")
+    s.engine = ScriptedEngine(lengths, eos_id=s.tokenizer.eos_token_id)
+    s.rollout.engine = s.engine
+    s.reward.close()
+    s.reward = fake_reward
+    return s
+
+
+def read_samples(s):
+    s.samples._f.flush()
+    return [json.loads(l) for l in (s.run_dir / "samples.jsonl").read_text().splitlines()]
+
+
+def test_no_sample_lost_or_duplicated_over_50_steps(tmp_path, fake_reward):
+    s = session(tmp_path, fake_reward, ["rollout.num_segments=4", "rollout.decode_batch=16",
+                                        "train.train_groups=2"])
+    for _ in range(50):
+        train_step(s)
+    recs = read_samples(s)
+    ids = [r["sample_id"] for r in recs]
+    assert len(ids) == len(set(ids)), "a sample was trained or dropped twice"
+    trained = [r for r in recs if r["status"] == "trained"]
+    assert Counter(r["step"] for r in trained) == {k: 8 for k in range(1, 51)}  # 2 groups x G=4 every step
+    # every drawn sample is trained, dropped, or still in a pool: nothing vanished
+    in_pools = {t.sample_id for t in s.unfinished.items()}
+    in_pools |= {t.sample_id for g in s.experience._ready for t in g}
+    in_pools |= {t.sample_id for ms in s.experience._pending.values() for t in ms}
+    drawn = {f"g{i}/{k}" for i in range(s.prompts.counter) for k in range(4)}
+    assert set(ids) | in_pools == drawn and not (set(ids) & in_pools)
+    # groups are trained or dropped whole
+    by_group = Counter(r["group_id"] for r in recs)
+    assert set(by_group.values()) == {4}
+    dropped = [r for r in recs if r["status"] == "dropped"]
+    assert all(r["reason"] == "all_rewards_equal" for r in dropped)
+    assert s.counters["dropped_groups"] * 4 == len(dropped)
+    # long samples spanned several segments; versions never go back, and a step with a single rollout round
+    # gives each segment its own version (several rounds before one update may share one)
+    multi = [r for r in trained if r["num_segments"] >= 3]
+    assert multi and all(r["versions"] == sorted(r["versions"]) for r in multi)
+    assert any(len(set(r["versions"])) == r["num_segments"] >= 3 for r in multi)
+    s.close()
+
+
+def test_num_segments_one_is_synchronous_grpo(tmp_path, fake_reward):
+    # M=1, decode batch = train_groups x G, no dynamic sampling: every step trains exactly the groups
+    # drawn in that step, each response generated in one segment by the current policy version.
+    s = session(tmp_path, fake_reward, ["rollout.num_segments=1", "rollout.decode_batch=8", "train.train_groups=2",
+                                        "algo.dynamic_sampling=false", "algo.is_mode=tois"])
+    for step in range(1, 6):
+        m = train_step(s)
+        assert m["rollout/rounds"] == 1 and m["rollout/unfinished_pool"] == 0
+        assert m["rollout/experience_pool"] == 0 and m["rollout/reprefill_tokens"] == 0
+        trained = [r for r in read_samples(s) if r["step"] == step]
+        assert len(trained) == 8
+        assert all(r["versions"] == [step - 1] and r["num_segments"] == 1 for r in trained)
+        assert {r["group_id"] for r in trained} == {f"g{2 * (step - 1)}", f"g{2 * (step - 1) + 1}"}
+    s.close()
+
+
+def test_fixed_batch_size_leftovers_wait(tmp_path, fake_reward):
+    # a large decode batch makes more complete groups than one update takes: the rest wait (FIFO)
+    s = session(tmp_path, fake_reward, ["rollout.num_segments=2", "rollout.decode_batch=32", "train.train_groups=2",
+                                        "algo.dynamic_sampling=false"])
+    seen = []
+    for _ in range(6):
+        m = train_step(s)
+        assert m["actor/response_tokens"] > 0
+        step_groups = sorted({r["group_id"] for r in read_samples(s) if r["step"] == s.step},
+                             key=lambda g: int(g[1:]))
+        assert len(step_groups) == 2
+        seen += step_groups
+    assert m["rollout/experience_pool"] > 0  # leftovers are waiting
+    assert len(seen) == len(set(seen))
+    s.close()
