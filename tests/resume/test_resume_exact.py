@@ -1,0 +1,89 @@
+"""Exact resume: N steps in one go == k steps, stop, resume, N - k steps (weights bit-exact).
+
+The reference run keeps every checkpoint, so the test picks its interruption points from what the
+run really did: k_mid, a step boundary where samples are half decoded (the unfinished pool is not
+empty) and the data cursor is inside an epoch, and k_epoch, a step boundary exactly at the end of an
+epoch (verl #7401: a job resumed there ran 0 steps and exited 0). With 3 training prompts and 4
+prompt draws per empty round, the data also runs out in the middle of steps.
+"""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import resume_helpers as R
+import torch
+
+from ulorl.trainer import train
+
+N = 8
+
+
+@pytest.fixture(scope="module")
+def reference(eos_model, tmp_path_factory):
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    run = tmp_path_factory.mktemp("reference") / "run"
+    summary = train(R.config(eos_model, f"train.steps={N}", f"checkpoint.keep={N}"), run)
+    torch.set_num_threads(old)
+    assert summary["steps"] == N
+    return run
+
+
+def interruption_point(reference, kind: str) -> int:
+    for k in range(2, N):
+        ckpt = reference / "checkpoints" / f"step_{k:06d}"
+        src = R.state(ckpt)["prompt_source"]
+        at_epoch_end = src["cursor"] == src["num_records"]
+        if kind == "mid_sample" and R.pools(ckpt)["unfinished"]["items"] and not at_epoch_end:
+            return k
+        if kind == "epoch_boundary" and at_epoch_end:
+            return k
+    pytest.fail(f"the reference run has no {kind} step boundary to interrupt at; adjust the config")
+
+
+@pytest.mark.parametrize("kind", ["mid_sample", "epoch_boundary"])
+def test_interrupted_and_resumed_run_equals_uninterrupted_run(reference, eos_model, tmp_path, kind):
+    k = interruption_point(reference, kind)
+    run = tmp_path / "run"
+    first = train(R.config(eos_model, f"train.steps={k}"), run)
+    assert first["steps"] == k
+    at_k = run / "checkpoints" / f"step_{k:06d}"
+    ref_k = reference / "checkpoints" / f"step_{k:06d}"
+    # the stopped run's checkpoint holds exactly the reference's state at step k
+    assert R.pools(at_k) == R.pools(ref_k)
+    if kind == "mid_sample":
+        assert R.pools(at_k)["unfinished"]["items"], "no half-decoded sample at the interruption"
+    else:
+        src = R.state(at_k)["prompt_source"]
+        assert src["cursor"] == src["num_records"], "not at an epoch boundary"
+    drop_config = lambda s: {key: v for key, v in s.items() if key != "config"}  # noqa: E731 (train.steps differs)
+    assert drop_config(R.state(at_k)) == drop_config(R.state(ref_k))
+
+    second = train(R.config(eos_model, f"train.steps={N}"), run, resume="auto")
+    assert second["steps"] == N and [m["step"] for m in R.metrics(run)] == list(range(1, N + 1))
+    end, ref_end = R.latest(run), R.latest(reference)
+    assert end.name == ref_end.name == f"step_{N:06d}"
+    R.assert_same_weights(R.weights(end), R.weights(ref_end))
+    opt, ref_opt = (torch.load(c / "optimizer.pt", weights_only=True)["state"] for c in (end, ref_end))
+    assert opt.keys() == ref_opt.keys()
+    assert all(torch.equal(opt[i][n], ref_opt[i][n]) for i in opt for n in opt[i])
+    assert R.pools(end) == R.pools(ref_end)
+    assert drop_config(R.state(end)) == drop_config(R.state(ref_end))
+    assert R.metrics(run) == R.metrics(reference)
+    trained = R.samples(run)
+    ids = [r["sample_id"] for r in trained]
+    assert len(ids) == len(set(ids)), "a sample was trained twice"
+    assert trained == R.samples(reference)
+    assert R.state(end)["prompt_source"]["epoch"] >= 2  # the data ran out, and was wrapped, during the run
+
+
+def test_resume_after_the_last_step_runs_nothing_and_keeps_the_result(reference, eos_model, tmp_path):
+    run = tmp_path / "run"
+    shutil.copytree(reference, run)
+    before = R.weights(R.latest(run))
+    summary = train(R.config(eos_model, f"train.steps={N}", f"checkpoint.keep={N}"), run, resume="auto")
+    assert summary["steps"] == N
+    R.assert_same_weights(R.weights(R.latest(run)), before)
+    assert R.metrics(run) == R.metrics(reference) and R.samples(run) == R.samples(reference)
