@@ -6,8 +6,12 @@ import hashlib
 import os
 
 import pytest
+import torch
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One intra-op thread: the tiny model gains nothing from more, and OpenMP spin-waiting under a busy
+# 2-core machine (reward worker processes, other tests) slows a multi-threaded run several-fold.
+torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session", autouse=True)

@@ -153,13 +153,17 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_transformers()
     from ulorl.checkpoint import CheckpointError
     from ulorl.config_loader import ConfigError
+    from ulorl.data import DataError
 
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, CheckpointError) as e:
+    except (ConfigError, CheckpointError, DataError, FileNotFoundError) as e:
         print(f"ulorl {args.command}: error: {e}", file=sys.stderr)
         return 2
+    except FloatingPointError as e:  # repeated non-finite updates: the last good state is checkpointed
+        print(f"ulorl {args.command}: error: {e}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":

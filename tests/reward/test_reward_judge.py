@@ -1,0 +1,213 @@
+"""Generative verifier: a real OpenAI-style HTTP server on loopback, and a tiny local HF model."""
+
+import http.server
+import json
+import re
+import threading
+import time
+
+import pytest
+
+from ulorl.reward import GenerativeVerifier, RewardConfig, RewardManager, parse_verdict
+
+EQUIVALENT = {("27cm", "0.27m"), ("one half", "1/2")}
+KEY_ENV = "ULORL_TEST_JUDGE_KEY"
+SECRET = "sk-test-5f3a9c-not-a-real-key"
+
+
+class JudgeServer:
+    """Minimal ``/v1/chat/completions`` server; ``behaviour`` is ok | slow | garbage."""
+
+    def __init__(self, behaviour="ok", required_key=None, delay_s=3.0):
+        state = self
+        self.requests = []
+        self.auth_headers = []
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def log_message(self, *args):  # keep test output clean
+                pass
+
+            def do_POST(self):
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                state.requests.append((self.path, body))
+                state.auth_headers.append(self.headers.get("Authorization"))
+                if required_key is not None and self.headers.get("Authorization") != f"Bearer {required_key}":
+                    self.send_response(401)
+                    self.end_headers()
+                    return
+                prompt = body["messages"][-1]["content"]
+                pred = re.search(r"Predicted answer: (.*)", prompt).group(1)
+                ref = re.search(r"Reference answer: (.*)", prompt).group(1)
+                if behaviour == "slow":
+                    time.sleep(delay_s)
+                    reply = "YES"
+                elif behaviour == "ok_after_delay":
+                    time.sleep(delay_s)
+                    reply = "YES" if (pred, ref) in EQUIVALENT else "NO"
+                elif behaviour == "garbage":
+                    reply = "Well, it depends: yes and no."
+                else:
+                    ok = (pred, ref) in EQUIVALENT or pred == ref
+                    reply = "Both denote the same length. YES" if ok else "NO"
+                data = json.dumps({"choices": [{"message": {"role": "assistant", "content": reply}}]}).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.httpd = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_address[1]}"
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+RESPONSES = [r"\boxed{27cm}", r"\boxed{3}", r"\boxed{one half}", r"\boxed{\frac{1}{2}}", "no final answer"]
+GOLDS = ["0.27m", "4", "1/2", "0.5", "1"]
+RULE = [0.0, 0.0, 0.0, 0.0, 0.0]  # fn="exact": string match only, all differ
+
+
+def test_parse_verdict_is_strict():
+    assert parse_verdict("YES") is True
+    assert parse_verdict("The two values are equal.\n**YES**") is True
+    assert parse_verdict("no") is False
+    assert parse_verdict("<think>maybe yes, maybe not</think> NO") is False  # reasoning ignored
+    assert parse_verdict("YES or NO") is None  # both verdict words
+    assert parse_verdict("YES, they match.") is None  # verdict not the final word
+    assert parse_verdict("") is None
+    assert parse_verdict("<think>unfinished YES") is None
+
+
+def test_rule_then_judge_with_endpoint():
+    with JudgeServer("ok") as server:
+        cfg = RewardConfig(fn="exact", judge="rule_then_judge", judge_url=server.url, judge_model_name="m1")
+        with RewardManager(cfg) as rm:
+            rewards = rm.score(RESPONSES, GOLDS, ["math"] * 5, [{"question": "Q?"}] * 5)
+            m = rm.metrics()
+    # 27cm == 0.27m and "one half" == 1/2 by the judge; 3 != 4; \frac{1}{2} vs 0.5 is not in the
+    # server's table (NO); no answer -> never sent to the judge.
+    assert rewards == [1.0, 0.0, 1.0, 0.0, 0.0]
+    assert m["reward/judge_calls"] == 4 and m["reward/judge_flips"] == 2
+    assert m["reward/judge_failures"] == 0 and m["reward/judge_timeouts"] == 0
+    path, body = server.requests[0]
+    assert path == "/v1/chat/completions" and body["model"] == "m1" and body["temperature"] == 0.0
+    assert "Q?" in body["messages"][0]["content"]
+    assert all(h is None for h in server.auth_headers)  # no key configured, none sent
+
+
+def test_rule_then_judge_skips_items_the_rule_accepts():
+    with JudgeServer("ok") as server:
+        with RewardManager(RewardConfig(fn="exact", judge="rule_then_judge", judge_url=server.url)) as rm:
+            assert rm.score([r"\boxed{5}", r"\boxed{27cm}"], ["5", "0.27m"]) == [1.0, 1.0]
+    assert len(server.requests) == 1  # only the item the rule rejected
+
+
+def test_judge_timeout_falls_back_to_rule():
+    with JudgeServer("slow", delay_s=10.0) as server:
+        cfg = RewardConfig(fn="exact", judge="judge_only", judge_url=server.url, judge_timeout_s=0.5)
+        with RewardManager(cfg) as rm:
+            start = time.monotonic()
+            rewards = rm.score([r"\boxed{27cm}", r"\boxed{5}"], ["0.27m", "5"])
+            elapsed = time.monotonic() - start
+            m = rm.metrics()
+    assert rewards == [0.0, 1.0]  # the rule's verdicts (the slow server would have said YES)
+    assert m["reward/judge_timeouts"] == 2 and m["reward/judge_failures"] == 0
+    assert elapsed < 5.0  # bounded by the 0.5 s judge timeout, not the server's 10 s
+
+
+def test_endpoint_requests_run_concurrently():
+    with JudgeServer("ok_after_delay", delay_s=0.5) as server:
+        with GenerativeVerifier.from_url(server.url, timeout_s=5.0, max_concurrency=8) as judge:
+            start = time.monotonic()
+            verdicts = judge.judge(["27cm"] * 8, ["0.27m"] * 8)
+            elapsed = time.monotonic() - start
+    assert verdicts == [True] * 8
+    assert elapsed < 2.0  # one at a time would take 8 * 0.5 = 4 s
+
+
+def test_garbage_replies_count_as_failures_and_fall_back():
+    with JudgeServer("garbage") as server:
+        cfg = RewardConfig(fn="exact", judge="judge_only", judge_url=server.url)
+        with RewardManager(cfg) as rm:
+            rewards = rm.score([r"\boxed{27cm}", r"\boxed{5}", "nothing"], ["0.27m", "5", "1"])
+            m = rm.metrics()
+    assert rewards == [0.0, 1.0, 0.0]
+    assert m["reward/judge_failures"] == 2 and m["reward/judge_calls"] == 2
+
+
+def test_api_key_from_env_sent_as_bearer_and_never_stored(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, SECRET)
+    with JudgeServer("ok", required_key=SECRET) as server:
+        cfg = RewardConfig(fn="exact", judge="judge_only", judge_url=server.url, api_key_env=KEY_ENV)
+        with RewardManager(cfg) as rm:
+            assert rm.score([r"\boxed{27cm}"], ["0.27m"]) == [1.0]
+            assert SECRET not in repr(rm.judge.backend)
+    assert server.auth_headers == [f"Bearer {SECRET}"]
+    assert SECRET not in repr(cfg) and SECRET not in json.dumps(cfg.to_dict())
+    assert cfg.to_dict()["api_key_env"] == KEY_ENV
+
+
+def test_wrong_key_is_a_failure_and_missing_env_fails_fast(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, "wrong")
+    with JudgeServer("ok", required_key=SECRET) as server:
+        cfg = RewardConfig(fn="exact", judge="judge_only", judge_url=server.url, api_key_env=KEY_ENV)
+        with RewardManager(cfg) as rm:
+            assert rm.score([r"\boxed{27cm}"], ["0.27m"]) == [0.0]  # HTTP 401 -> rule fallback
+            assert rm.metrics()["reward/judge_failures"] == 1
+    monkeypatch.delenv(KEY_ENV)
+    with pytest.raises(ValueError, match=f"{KEY_ENV}.*not set"):
+        RewardManager(RewardConfig(fn="exact", judge="judge_only", judge_url="http://127.0.0.1:9", api_key_env=KEY_ENV))
+
+
+def test_unreachable_endpoint_is_a_failure():
+    with JudgeServer("ok") as server:
+        url = server.url
+    # server closed: connection refused
+    with GenerativeVerifier.from_url(url, timeout_s=2.0) as judge:
+        assert judge.judge(["27cm"], ["0.27m"]) == [None]
+        assert judge.counters["reward/judge_failures"] == 1
+
+
+def _tiny_chat_model(path):
+    """A random 1-layer Qwen3 with a word-level tokenizer that cannot spell YES or NO."""
+    import torch
+    from tokenizers import Tokenizer, models, pre_tokenizers
+    from transformers import PreTrainedTokenizerFast, Qwen3Config, Qwen3ForCausalLM
+
+    words = "you are checking the final answer of a math problem question predicted reference".split()
+    words += ["[PAD]", "[UNK]", "[EOS]", "user", "assistant", ":", "?", ".", "27cm", "0.27m", "3", "4"]
+    tok = Tokenizer(models.WordLevel({w: i for i, w in enumerate(words)}, unk_token="[UNK]"))
+    tok.pre_tokenizer = pre_tokenizers.WhitespaceSplit()
+    hf_tok = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", eos_token="[EOS]")
+    hf_tok.chat_template = (
+        "{% for m in messages %}{{ m['role'] }} : {{ m['content'] }} {% endfor %}"
+        "{% if add_generation_prompt %}assistant : {% endif %}"
+    )
+    hf_tok.save_pretrained(path)
+    torch.manual_seed(0)
+    cfg = Qwen3Config(
+        vocab_size=len(words), hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+        num_attention_heads=2, num_key_value_heads=1, head_dim=8, max_position_embeddings=256,
+        pad_token_id=0, eos_token_id=2, bos_token_id=2,
+    )
+    Qwen3ForCausalLM(cfg).save_pretrained(path)
+
+
+def test_local_hf_judge_garbage_falls_back(tmp_path):
+    _tiny_chat_model(tmp_path)
+    cfg = RewardConfig(fn="exact", judge="rule_then_judge", judge_model_path=str(tmp_path), judge_timeout_s=20.0)
+    with RewardManager(cfg) as rm:
+        rewards = rm.score([r"\boxed{27cm}", r"\boxed{3}", r"\boxed{4}"], ["0.27m", "4", "4"])
+        m = rm.metrics()
+        reply = rm.judge.backend.chat_many([[{"role": "user", "content": "27cm 0.27m ?"}]])[0]
+    assert isinstance(reply, str)  # the model ran end to end and produced (garbage) text
+    assert rewards == [0.0, 0.0, 1.0]  # rule verdicts: the random model can never say YES/NO
+    assert m["reward/judge_calls"] == 2 and m["reward/judge_failures"] == 2

@@ -1,0 +1,411 @@
+"""Generative verifier: a language model judges answer equivalence.
+
+Rules misjudge pairs such as (``27cm``, ``0.27m``) or (``1/2``, ``one half``);
+the UloRL paper trained a generative verifier for this. We do not ship such a
+model; any chat model can serve as the judge through one of two backends:
+
+- :class:`HFChatBackend`: a local Hugging Face model
+  (``AutoModelForCausalLM`` + ``AutoTokenizer`` from a local path, chat
+  template, greedy ``generate`` in batches, ``max_time`` as the deadline;
+  ``trust_remote_code`` is False unless asked for).
+- :class:`OpenAIChatBackend`: any OpenAI-compatible server (vLLM, SGLang, a
+  hosted API): ``POST {url}/v1/chat/completions`` with ``urllib`` from the
+  standard library, a thread pool for concurrency and a per-request timeout.
+  The API key is read from the environment variable *named* by
+  ``api_key_env``; the key itself is never stored in a config, logged or
+  shown in ``repr``.
+
+The judge sees only the extracted final answers (and the question when the
+data has one in ``extra_info["question"]``), never the 100k-token reasoning.
+Its reply is parsed strictly (:func:`parse_verdict`): after removing
+``<think>...</think>``, the last word must be YES or NO and the other verdict
+word must not appear. Anything else is a *failure*; failures
+(``reward/judge_failures``) and timeouts (``reward/judge_timeouts``) fall back
+to the rule verdict (see ``manager.py``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import socket
+import string
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import wait as futures_wait
+from enum import Enum
+from typing import Protocol
+
+__all__ = [
+    "DEFAULT_JUDGE_PROMPT",
+    "GenerativeVerifier",
+    "HFChatBackend",
+    "JudgeError",
+    "JudgeMode",
+    "JudgeTimeout",
+    "OpenAIChatBackend",
+    "check_prompt_template",
+    "parse_verdict",
+]
+
+DEFAULT_JUDGE_PROMPT = (
+    "You are checking the final answer of a math problem.\n"
+    "Question: {question}\n"
+    "Predicted answer: {prediction}\n"
+    "Reference answer: {reference}\n"
+    "Are the two answers equivalent (the same value or set, possibly written in a different "
+    "form or unit, e.g. 27cm and 0.27m, 1/2 and 0.5)? "
+    "Reply with exactly one word: YES or NO."
+)
+_PROMPT_FIELDS = {"question", "prediction", "reference"}
+_THINK_RE = re.compile(r"<think>.*?(</think>|\Z)", re.S)
+_WORD_RE = re.compile(r"[A-Za-z]+")
+
+
+class JudgeMode(str, Enum):
+    """When the judge is consulted."""
+
+    NONE = "none"
+    RULE_THEN_JUDGE = "rule_then_judge"  # only where the rule verifier says "not equal"
+    JUDGE_ONLY = "judge_only"  # every answer; the rule verdict is only the fallback
+
+
+class JudgeError(RuntimeError):
+    """The judge backend failed (HTTP error, malformed response, ...)."""
+
+
+class JudgeTimeout(JudgeError):
+    """The judge backend did not answer in time."""
+
+
+def check_prompt_template(template: str) -> None:
+    """Raise ``ValueError`` unless ``template`` uses only {question}/{prediction}/{reference}.
+
+    It must contain {prediction} and {reference}.
+    """
+    try:
+        fields = {f for _, f, _, _ in string.Formatter().parse(template) if f is not None}
+    except ValueError as e:
+        raise ValueError(f"judge prompt template is not a valid format string: {e}") from None
+    unknown = fields - _PROMPT_FIELDS
+    if unknown:
+        raise ValueError(
+            f"judge prompt template has unknown fields {sorted(unknown)}; allowed: {sorted(_PROMPT_FIELDS)}"
+        )
+    missing = {"prediction", "reference"} - fields
+    if missing:
+        raise ValueError(f"judge prompt template must contain {sorted(missing)}")
+
+
+def parse_verdict(reply: str) -> bool | None:
+    """``True`` for YES, ``False`` for NO, ``None`` when the reply is not a clean verdict.
+
+    Strict: after dropping ``<think>...</think>`` blocks the last word must be
+    YES or NO (any case) and the opposite word must not occur anywhere.
+
+    >>> parse_verdict("The values match. YES."), parse_verdict("no"), parse_verdict("YES or NO")
+    (True, False, None)
+    """
+    words = [w.upper() for w in _WORD_RE.findall(_THINK_RE.sub(" ", reply))]
+    if not words or words[-1] not in ("YES", "NO"):
+        return None
+    if len({"YES", "NO"} & set(words)) != 1:
+        return None
+    return words[-1] == "YES"
+
+
+Messages = list[dict[str, str]]
+
+
+class ChatBackend(Protocol):
+    """Turns conversations into replies; a failed item is an exception in the list."""
+
+    def chat_many(self, conversations: Sequence[Messages]) -> list[str | BaseException]: ...
+
+    def close(self) -> None: ...
+
+
+class OpenAIChatBackend:
+    """Client for an OpenAI-compatible ``/v1/chat/completions`` endpoint (stdlib only).
+
+    Args:
+        url: server root, e.g. ``http://127.0.0.1:8000`` (``/v1`` is added unless present).
+        model_name: the ``model`` field of the request.
+        api_key_env: NAME of the environment variable holding the key (sent as
+            ``Authorization: Bearer``); ``None`` sends no key.
+        timeout_s: per-request socket timeout; a batch also has an overall
+            deadline of ``timeout_s`` per wave of ``max_concurrency`` requests.
+        max_tokens: reply budget.
+        max_concurrency: parallel requests (threads).
+    """
+
+    def __init__(
+        self,
+        url: str,
+        model_name: str = "judge",
+        *,
+        api_key_env: str | None = None,
+        timeout_s: float = 30.0,
+        max_tokens: int = 64,
+        max_concurrency: int = 8,
+    ) -> None:
+        if not url.startswith(("http://", "https://")):
+            raise ValueError(f"judge url must start with http:// or https://, got {url!r}")
+        base = url.rstrip("/")
+        self.endpoint = base + ("/chat/completions" if base.endswith("/v1") else "/v1/chat/completions")
+        self.model_name = model_name
+        self.timeout_s = float(timeout_s)
+        self.max_tokens = max_tokens
+        self.max_concurrency = max_concurrency
+        self.api_key_env = api_key_env
+        self.__api_key: str | None = None
+        if api_key_env is not None:
+            key = os.environ.get(api_key_env)
+            if not key:
+                raise ValueError(
+                    f"api_key_env={api_key_env!r}: that environment variable is not set or empty"
+                )
+            self.__api_key = key
+        self._executor = ThreadPoolExecutor(max_concurrency, thread_name_prefix="ulorl-judge")
+
+    def __repr__(self) -> str:  # never show the key
+        return f"OpenAIChatBackend(endpoint={self.endpoint!r}, model={self.model_name!r}, api_key_env={self.api_key_env!r})"
+
+    def _post(self, messages: Messages) -> str:
+        body = json.dumps(
+            {"model": self.model_name, "messages": messages, "temperature": 0.0, "max_tokens": self.max_tokens}
+        ).encode()
+        headers = {"Content-Type": "application/json"}
+        if self.__api_key:
+            headers["Authorization"] = f"Bearer {self.__api_key}"
+        req = urllib.request.Request(self.endpoint, data=body, headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
+                payload = json.loads(resp.read())
+        except (TimeoutError, socket.timeout) as e:
+            raise JudgeTimeout(f"no reply from judge within {self.timeout_s}s") from e
+        except urllib.error.HTTPError as e:
+            raise JudgeError(f"judge HTTP {e.code}") from None
+        except urllib.error.URLError as e:
+            if isinstance(e.reason, (TimeoutError, socket.timeout)):
+                raise JudgeTimeout(f"no reply from judge within {self.timeout_s}s") from None
+            raise JudgeError(f"judge unreachable: {e.reason}") from None
+        except (ValueError, OSError) as e:
+            raise JudgeError(f"bad judge response: {type(e).__name__}") from None
+        try:
+            content = payload["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            raise JudgeError("judge response has no choices[0].message.content") from None
+        if not isinstance(content, str):
+            raise JudgeError("judge message content is not a string")
+        return content
+
+    def chat_many(self, conversations: Sequence[Messages]) -> list[str | BaseException]:
+        if not conversations:
+            return []
+        futures = [self._executor.submit(self._post, c) for c in conversations]
+        waves = math.ceil(len(conversations) / self.max_concurrency)
+        futures_wait(futures, timeout=self.timeout_s * (waves + 1))
+        out: list[str | BaseException] = []
+        for f in futures:
+            if not f.done():
+                f.cancel()
+                out.append(JudgeTimeout("judge batch deadline passed"))
+            elif f.exception() is not None:
+                out.append(f.exception())
+            else:
+                out.append(f.result())
+        return out
+
+    def close(self) -> None:
+        self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+class HFChatBackend:
+    """A local Hugging Face chat model as judge (greedy decoding, batched).
+
+    Args:
+        model_path: local directory with the model and tokenizer (no download).
+        trust_remote_code: allow custom modelling code from that directory (default False).
+        timeout_s: ``generate(max_time=...)`` per batch; a batch that reaches it
+            counts as timed out.
+        max_new_tokens: reply budget.
+        batch_size: conversations per ``generate`` call.
+        device: ``"cuda"`` when available else ``"cpu"`` by default.
+    """
+
+    def __init__(
+        self,
+        model_path: str,
+        *,
+        trust_remote_code: bool = False,
+        timeout_s: float = 30.0,
+        max_new_tokens: int = 16,
+        batch_size: int = 16,
+        device: str | None = None,
+    ) -> None:
+        import torch
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+
+        if not os.path.isdir(model_path):
+            raise ValueError(f"judge_model_path {model_path!r} is not a local directory")
+        self._torch = torch
+        self.device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+        self.tokenizer = AutoTokenizer.from_pretrained(
+            model_path, trust_remote_code=trust_remote_code, local_files_only=True
+        )
+        if self.tokenizer.chat_template is None:
+            raise ValueError(f"judge model at {model_path!r} has no chat template")
+        self.tokenizer.padding_side = "left"
+        if self.tokenizer.pad_token is None:
+            self.tokenizer.pad_token = self.tokenizer.eos_token
+        self.model = AutoModelForCausalLM.from_pretrained(
+            model_path, trust_remote_code=trust_remote_code, local_files_only=True, dtype="auto"
+        ).to(self.device)
+        self.model.eval()
+        self.timeout_s = float(timeout_s)
+        self.max_new_tokens = max_new_tokens
+        self.batch_size = batch_size
+        self._lock = threading.Lock()
+
+    def _generate(self, batch: Sequence[Messages]) -> list[str]:
+        tok = self.tokenizer
+        texts = [
+            tok.apply_chat_template(list(c), tokenize=False, add_generation_prompt=True, enable_thinking=False)
+            for c in batch
+        ]
+        enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self.device)
+        start = time.monotonic()
+        with self._torch.no_grad():
+            out = self.model.generate(
+                **enc,
+                do_sample=False,
+                max_new_tokens=self.max_new_tokens,
+                max_time=self.timeout_s,
+                pad_token_id=tok.pad_token_id,
+            )
+        if time.monotonic() - start >= self.timeout_s:
+            raise JudgeTimeout(f"local judge generate reached max_time={self.timeout_s}s")
+        return tok.batch_decode(out[:, enc["input_ids"].shape[1] :], skip_special_tokens=True)
+
+    def chat_many(self, conversations: Sequence[Messages]) -> list[str | BaseException]:
+        out: list[str | BaseException] = []
+        with self._lock:
+            for i in range(0, len(conversations), self.batch_size):
+                batch = conversations[i : i + self.batch_size]
+                try:
+                    out.extend(self._generate(batch))
+                except JudgeTimeout as e:
+                    out.extend([e] * len(batch))
+                except Exception as e:  # noqa: BLE001 - any model failure falls back to the rule
+                    out.extend([JudgeError(f"{type(e).__name__}: {e}")] * len(batch))
+        return out
+
+    def close(self) -> None:
+        pass
+
+
+class GenerativeVerifier:
+    """Ask a chat model whether predicted and reference answers are equivalent.
+
+    Build it with :meth:`from_url` (OpenAI-compatible server) or
+    :meth:`from_pretrained` (local HF model), or pass any :class:`ChatBackend`.
+    :meth:`judge` returns ``True`` / ``False`` per pair, or ``None`` where the
+    judge failed or timed out (counted in :attr:`counters`).
+    """
+
+    def __init__(self, backend: ChatBackend, *, prompt_template: str = DEFAULT_JUDGE_PROMPT) -> None:
+        check_prompt_template(prompt_template)
+        self.backend = backend
+        self.prompt_template = prompt_template
+        self._counters = {"judge_calls": 0, "judge_failures": 0, "judge_timeouts": 0}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_url(
+        cls,
+        url: str,
+        model_name: str = "judge",
+        *,
+        api_key_env: str | None = None,
+        timeout_s: float = 30.0,
+        prompt_template: str = DEFAULT_JUDGE_PROMPT,
+        max_concurrency: int = 8,
+    ) -> GenerativeVerifier:
+        """Judge served by an OpenAI-compatible endpoint at ``url``."""
+        backend = OpenAIChatBackend(
+            url, model_name, api_key_env=api_key_env, timeout_s=timeout_s, max_concurrency=max_concurrency
+        )
+        return cls(backend, prompt_template=prompt_template)
+
+    @classmethod
+    def from_pretrained(
+        cls,
+        model_path: str,
+        *,
+        trust_remote_code: bool = False,
+        timeout_s: float = 30.0,
+        prompt_template: str = DEFAULT_JUDGE_PROMPT,
+        **backend_kwargs,
+    ) -> GenerativeVerifier:
+        """Judge run from a local Hugging Face model directory."""
+        backend = HFChatBackend(
+            model_path, trust_remote_code=trust_remote_code, timeout_s=timeout_s, **backend_kwargs
+        )
+        return cls(backend, prompt_template=prompt_template)
+
+    @property
+    def counters(self) -> dict[str, int]:
+        """Cumulative ``reward/judge_*`` counters."""
+        with self._lock:
+            return {f"reward/{k}": v for k, v in self._counters.items()}
+
+    def judge(
+        self,
+        predictions: Sequence[str],
+        references: Sequence[str],
+        questions: Sequence[str] | None = None,
+    ) -> list[bool | None]:
+        """Verdict per (prediction, reference) pair; ``None`` = failure or timeout."""
+        if len(predictions) != len(references):
+            raise ValueError(f"{len(predictions)} predictions but {len(references)} references")
+        qs = questions if questions is not None else [""] * len(predictions)
+        conversations = [
+            [{"role": "user", "content": self.prompt_template.format(question=q, prediction=p, reference=r)}]
+            for p, r, q in zip(predictions, references, qs, strict=True)
+        ]
+        replies = self.backend.chat_many(conversations)
+        verdicts: list[bool | None] = []
+        failures = timeouts = 0
+        for reply in replies:
+            if isinstance(reply, JudgeTimeout):
+                timeouts += 1
+                verdicts.append(None)
+            elif isinstance(reply, BaseException):
+                failures += 1
+                verdicts.append(None)
+            else:
+                v = parse_verdict(reply)
+                failures += v is None
+                verdicts.append(v)
+        with self._lock:
+            self._counters["judge_calls"] += len(conversations)
+            self._counters["judge_failures"] += failures
+            self._counters["judge_timeouts"] += timeouts
+        return verdicts
+
+    def close(self) -> None:
+        """Release the backend (threads / model)."""
+        self.backend.close()
+
+    def __enter__(self) -> GenerativeVerifier:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
