@@ -126,7 +126,7 @@ class TrainConfig:
     lr: float = 1e-6  # AdamW, constant (paper)
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    micro_batch_tokens: int = 8192  # token budget of one micro-batch (prompt + response)
+    micro_batch_tokens: int = 2048  # padded tokens per micro-batch (length-sorted: little padding)
     logit_chunk: int = 1024  # positions per chunk of the log-prob/entropy pass
     max_rounds_per_step: int = 64  # rollout rounds without a full batch before giving up
     max_bad_steps: int = 5  # consecutive non-finite updates that stop the run

@@ -143,7 +143,7 @@ def add_clean_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     """Arguments of `ulorl clean`."""
     o = CleanOptions()
     parser.add_argument("--input", required=True, help=".parquet, .jsonl or save_to_disk folder (or builtin:chain)")
-    parser.add_argument("--output", required=True, help="cleaned file (.jsonl or .parquet; default: input's format)")
+    parser.add_argument("--output", "-o", required=True, help="cleaned file (.jsonl or .parquet; default: input's format)")
     parser.add_argument("--steps", default=None,
                         help=f"comma-separated, in order, from {[s.value for s in CleanStep]} "
                              "(default: the rule steps, plus too_easy,consensus when --model is given)")

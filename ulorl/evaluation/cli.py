@@ -20,7 +20,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--model", default="builtin", help="local HF model folder or 'builtin' (default)")
     parser.add_argument("--data", nargs="+", default=["builtin:chain"],
                         help="one or more sources: builtin:chain, .parquet, .jsonl or save_to_disk folders")
-    parser.add_argument("--output", default="runs/eval", help="folder for results.json and report.md")
+    parser.add_argument("--output", "-o", default="runs/eval", help="folder for results.json and report.md")
     parser.add_argument("--k", type=int, default=_DEFAULTS["k"], help="samples per problem (paper: 32)")
     parser.add_argument("--pass-k", type=int, nargs="+", default=[1, 8, 32], help="pass@k values to report (<= k)")
     parser.add_argument("--temperature", type=float, default=_DEFAULTS["temperature"])
