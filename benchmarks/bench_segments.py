@@ -103,14 +103,14 @@ def main() -> int:
     p.add_argument("--warmup", type=int, default=4, help="unmeasured steps first (pools fill up)")
     p.add_argument("--max-len", type=int, default=160)
     p.add_argument("--decode-batch", type=int, default=64)
-    p.add_argument("--groups", type=int, default=4, help="groups per update")
+    p.add_argument("--groups", type=int, default=8, help="groups per update (8 x G = the decode batch)")
     p.add_argument("--ideal-rounds", type=int, default=8)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--work", default="runs/bench_segments")
     p.add_argument("--out", default=None, help="also write the JSON result here")
     args = p.parse_args()
     if args.quick:
-        args.repeats, args.steps, args.warmup, args.ideal_rounds = 1, 3, 2, 3
+        args.repeats, args.steps, args.warmup, args.ideal_rounds = 1, 4, 2, 3
     torch.set_num_threads(2)
     from transformers.utils import logging as hf_logging
 

@@ -47,6 +47,7 @@ class MicroBatch:
     attention_mask: torch.Tensor  # (b, S)
     gather_rows: torch.Tensor  # (N,) row of each response token
     gather_cols: torch.Tensor  # (N,) column of the hidden state that predicts it
+    target_cols: torch.Tensor  # (N,) index of each response token within its response (its column in (b, T))
     targets: torch.Tensor  # (N,) the response tokens
     response_mask: torch.Tensor  # (b, T) bool
     behaviour_logprobs: torch.Tensor  # (b, T)
@@ -82,7 +83,7 @@ def _collate(trajs, advantages, version, pad_id, keep) -> MicroBatch:
     resp_mask = torch.zeros((b, T), dtype=torch.bool)
     blp = torch.zeros((b, T))
     age = torch.zeros((b, T), dtype=torch.long)
-    rows, cols, targets = [], [], []
+    rows, cols, tcols, targets = [], [], [], []
     for i, t in enumerate(trajs):
         p, r = len(t.prompt_tokens), t.response_len
         ids[i, : p + r] = torch.tensor(t.prompt_tokens + t.response_tokens)
@@ -92,10 +93,11 @@ def _collate(trajs, advantages, version, pad_id, keep) -> MicroBatch:
         age[i, :r] = version - torch.tensor(t.token_versions(), dtype=torch.long)
         rows.append(torch.full((r,), i))
         cols.append(torch.arange(p - 1, p + r - 1))
+        tcols.append(torch.arange(r))
         targets.append(torch.tensor(t.response_tokens))
     rewards = torch.tensor([float(t.reward or 0.0) for t in trajs])
-    return MicroBatch(ids, attn, torch.cat(rows), torch.cat(cols), torch.cat(targets), resp_mask, blp, age, rewards,
-                      advantages, pad_tokens=int(b * S - attn.sum()))
+    return MicroBatch(ids, attn, torch.cat(rows), torch.cat(cols), torch.cat(tcols), torch.cat(targets), resp_mask,
+                      blp, age, rewards, advantages, pad_tokens=int(b * S - attn.sum()))
 
 
 class Learner:
@@ -116,9 +118,8 @@ class Learner:
                                                      bias=getattr(head, "bias", None))
         logprobs = torch.zeros(mb.response_mask.shape, dtype=lp_flat.dtype)
         entropy = torch.zeros(mb.response_mask.shape, dtype=ent_flat.dtype)
-        cols = _response_cols(mb)
-        logprobs = logprobs.index_put((mb.gather_rows, cols), lp_flat)
-        entropy[mb.gather_rows, cols] = ent_flat
+        logprobs = logprobs.index_put((mb.gather_rows, mb.target_cols), lp_flat)
+        entropy[mb.gather_rows, mb.target_cols] = ent_flat
         return logprobs, entropy
 
     # -- one gradient update ---------------------------------------------------------------------
@@ -179,14 +180,6 @@ class Learner:
 
     def load_state_dict(self, state: dict) -> None:
         self.optimizer.load_state_dict(state["optimizer"])
-
-
-def _response_cols(mb: MicroBatch) -> torch.Tensor:
-    """Column of each flat response token in the `(b, T)` layout (its index within its response)."""
-    starts = torch.zeros(mb.input_ids.shape[0], dtype=torch.long)
-    first_col = torch.full_like(starts, -1)
-    first_col = first_col.scatter_reduce(0, mb.gather_rows, mb.gather_cols, reduce="amin", include_self=False)
-    return mb.gather_cols - first_col[mb.gather_rows]
 
 
 def _accumulate(acc: dict, m: dict, w: int, entropy: torch.Tensor, mb: MicroBatch, logprobs: torch.Tensor) -> None:

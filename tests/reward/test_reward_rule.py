@@ -214,3 +214,14 @@ def test_dead_zygote_is_restarted(tmp_path, monkeypatch):
         assert v._pool._state["boot"].result() is not zygote
         m = v.metrics()
         assert m["reward/timeouts"] == 1 and m["reward/errors"] == 0
+
+
+def test_plain_numbers_are_settled_without_workers():
+    from ulorl.reward.rule import plain_numbers_equal
+
+    # both plain decimals: exact comparison in the trainer process (3 != 7, 0.50 == 0.5)
+    assert plain_numbers_equal("3", "7") is False
+    assert plain_numbers_equal("0.50", "0.5") is True
+    assert plain_numbers_equal("$-2$", "-2") is True
+    # anything else needs math-verify
+    assert plain_numbers_equal("1/2", "0.5") is None and plain_numbers_equal("\\frac12", "0.5") is None

@@ -24,6 +24,7 @@ receives the whole response in a worker, under the same deadline.
 
 from __future__ import annotations
 
+import re
 import threading
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -39,6 +40,19 @@ __all__ = ["RuleVerifier", "Status", "Verdict", "math_equal", "normalize_answer"
 _MATH_EQUAL_REF = "ulorl.reward.rule:math_equal"
 _USER_FN_REF = "ulorl.reward.registry:call_user_fn"
 _mv = None  # math_verify module, imported on first use
+
+
+_PLAIN_NUMBER = re.compile(r"^[-+]?\d{1,30}(\.\d{1,30})?$")
+
+
+def plain_numbers_equal(pred: str, gold: str) -> bool | None:
+    """Exact verdict when both answers are plain decimal numbers (no worker needed), else None."""
+    from decimal import Decimal
+
+    a, b = normalize_answer(pred), normalize_answer(gold)
+    if _PLAIN_NUMBER.match(a) and _PLAIN_NUMBER.match(b):
+        return Decimal(a) == Decimal(b)
+    return None
 
 
 def normalize_answer(s: str) -> str:
@@ -270,6 +284,10 @@ class RuleVerifier:
                     self._count("fast_path")
                 elif self.fn == BuiltinReward.EXACT:
                     verdicts[i] = Verdict(0.0, pred, Status.OK)
+                elif (same := plain_numbers_equal(pred, str(gold))) is not None:
+                    # two plain numbers: "3" vs "7", "0.50" vs "0.5" need no math-verify round trip
+                    verdicts[i] = Verdict(float(same), pred, Status.FAST)
+                    self._count("fast_path")
                 else:
                     todo.append(i)
             else:
