@@ -69,3 +69,17 @@ def test_saved_folder_loads_with_auto_classes_and_generates(tiny_model_dir):
     out = model.generate(**ids, max_new_tokens=5, do_sample=False, pad_token_id=tok.pad_token_id)
     assert out.shape[1] > ids["input_ids"].shape[1]
     assert torch.isfinite(model(**ids).logits).all()
+
+
+def test_yarn_rope_scaling_is_applied(tiny_model_dir):
+    from ulorl.models import load_model
+
+    plain = load_model(tiny_model_dir)
+    yarn = load_model(tiny_model_dir, rope_scaling_factor=1.5, rope_original_max_len=2048)
+    rp = yarn.config.rope_parameters
+    assert rp["rope_type"] == "yarn" and rp["factor"] == 1.5 and rp["original_max_position_embeddings"] == 2048
+    assert yarn.config.max_position_embeddings == 3072
+    ids = torch.arange(5, 300).unsqueeze(0)
+    with torch.no_grad():
+        a, b = plain(ids).logits, yarn(ids).logits
+    assert torch.isfinite(b).all() and not torch.allclose(a, b)  # same weights, different positions

@@ -77,7 +77,8 @@ class TrainSession:
         policy_path = str(ckpt["model_dir"]) if ckpt else warm_start(cfg, self.run_dir)
         self.start_policy = policy_path
         self.tokenizer = load_tokenizer(policy_path, cfg.model.trust_remote_code)
-        self.model = load_model(policy_path, cfg.model.dtype, cfg.model.trust_remote_code, cfg.train.device)
+        self.model = load_model(policy_path, cfg.model.dtype, cfg.model.trust_remote_code, cfg.train.device,
+                                cfg.model.rope_scaling_factor, cfg.model.rope_original_max_len)
         if cfg.model.gradient_checkpointing:
             self.model.gradient_checkpointing_enable()
         self.eos_ids = eos_token_ids(self.model, self.tokenizer)

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ulorl.models.tiny import TinyModelSpec, build_tiny_model
 
@@ -50,12 +50,29 @@ def load_tokenizer(path: str | os.PathLike, trust_remote_code: bool = False) -> 
     return tok
 
 
+def yarn_rope_parameters(config, factor: float, original_max_len: int | None) -> dict:
+    """YaRN rope parameters for `config` (transformers >= 5 `rope_parameters` layout)."""
+    base = dict(getattr(config, "rope_parameters", None) or {})
+    original = original_max_len or config.max_position_embeddings
+    return {**base, "rope_type": "yarn", "factor": float(factor), "original_max_position_embeddings": int(original)}
+
+
 def load_model(path: str | os.PathLike, dtype: str = "float32", trust_remote_code: bool = False,
-               device: str = "cpu") -> PreTrainedModel:
+               device: str = "cpu", rope_scaling_factor: float | None = None,
+               rope_original_max_len: int | None = None) -> PreTrainedModel:
+    """Load a causal LM; with `rope_scaling_factor`, stretch its context with YaRN (paper: 1.5 over ~93k)."""
     if dtype not in _DTYPES:
         raise ValueError(f"model.dtype={dtype!r} is not one of {sorted(_DTYPES)}")
-    model = AutoModelForCausalLM.from_pretrained(resolve_model_path(path), local_files_only=True,
-                                                 dtype=_DTYPES[dtype], trust_remote_code=trust_remote_code)
+    folder = resolve_model_path(path)
+    kwargs = {}
+    if rope_scaling_factor is not None:
+        config = AutoConfig.from_pretrained(folder, local_files_only=True, trust_remote_code=trust_remote_code)
+        original = rope_original_max_len or config.max_position_embeddings
+        config.rope_parameters = yarn_rope_parameters(config, rope_scaling_factor, original)
+        config.max_position_embeddings = int(original * rope_scaling_factor)
+        kwargs["config"] = config
+    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=_DTYPES[dtype],
+                                                 trust_remote_code=trust_remote_code, **kwargs)
     return model.to(device)
 
 
