@@ -16,6 +16,7 @@ from ulorl.config_loader import ConfigError, build, dump_yaml, load_config, to_d
 from ulorl.data.config import DataConfig
 from ulorl.evaluation.config import EvalConfig
 from ulorl.reward.config import RewardConfig
+from ulorl.rollout.engines.base import check_sampling
 
 __all__ = ["AlgoConfig", "CheckpointConfig", "ConfigError", "LoggingConfig", "ModelConfig", "RolloutConfig",
            "RunConfig", "SFTConfig", "TrainConfig", "load_run_config", "dump_yaml", "to_dict", "build"]
@@ -62,7 +63,7 @@ class RolloutConfig:
 
     def __post_init__(self) -> None:
         _choice("rollout.engine", self.engine, ["hf", "vllm"])
-        for k in ("max_response_len", "num_segments", "group_size", "decode_batch", "temperature"):
+        for k in ("max_response_len", "num_segments", "group_size", "decode_batch"):
             _positive(f"rollout.{k}", getattr(self, k))
         if self.max_response_len % self.num_segments:
             divisors = [m for m in range(1, min(self.max_response_len, 64) + 1) if self.max_response_len % m == 0]
@@ -72,10 +73,10 @@ class RolloutConfig:
             )
         if self.decode_batch < self.group_size:
             raise ConfigError(f"rollout.decode_batch={self.decode_batch} must be >= rollout.group_size={self.group_size}")
-        if not 0 < self.top_p <= 1:
-            raise ConfigError(f"rollout.top_p={self.top_p} must be in (0, 1]")
-        if self.top_k == 0 or self.top_k < -1:
-            raise ConfigError(f"rollout.top_k={self.top_k} must be -1 (off) or >= 1")
+        try:
+            check_sampling(self.temperature, self.top_p, self.top_k, "rollout.")
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
 
     @property
     def segment_len(self) -> int:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ulorl.rollout.engines.base import check_sampling
+
 
 @dataclass
 class EvalConfig:
@@ -23,12 +25,7 @@ class EvalConfig:
         for name in ("k", "max_new_tokens", "batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"eval.{name} must be >= 1, got {getattr(self, name)}")
-        if self.temperature <= 0:
-            raise ValueError(f"eval.temperature must be > 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"eval.top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k == 0 or self.top_k < -1:
-            raise ValueError(f"eval.top_k must be -1 (off) or >= 1, got {self.top_k}")
+        check_sampling(self.temperature, self.top_p, self.top_k, "eval.")
         if self.num_problems is not None and self.num_problems < 1:
             raise ValueError(f"eval.num_problems must be >= 1 or null, got {self.num_problems}")
         if not self.pass_k or any(int(x) < 1 for x in self.pass_k):

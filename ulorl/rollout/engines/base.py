@@ -16,6 +16,16 @@ from typing import Protocol, runtime_checkable
 import torch
 
 
+def check_sampling(temperature: float, top_p: float, top_k: int, prefix: str = "") -> None:
+    """Validate sampling settings; `prefix` names their config section (e.g. "rollout.")."""
+    if temperature <= 0:
+        raise ValueError(f"{prefix}temperature must be > 0, got {temperature}")
+    if not 0 < top_p <= 1:
+        raise ValueError(f"{prefix}top_p must be in (0, 1], got {top_p}")
+    if top_k == 0 or top_k < -1:
+        raise ValueError(f"{prefix}top_k must be -1 (off) or >= 1, got {top_k}")
+
+
 @dataclass(frozen=True)
 class SamplingParams:
     """Sampling settings (paper defaults: temperature 0.85, top_p 1.0, top_k -1)."""
@@ -26,12 +36,7 @@ class SamplingParams:
     greedy: bool = False
 
     def __post_init__(self) -> None:
-        if self.temperature <= 0:
-            raise ValueError(f"temperature must be > 0, got {self.temperature}")
-        if not 0 < self.top_p <= 1:
-            raise ValueError(f"top_p must be in (0, 1], got {self.top_p}")
-        if self.top_k == 0 or self.top_k < -1:
-            raise ValueError(f"top_k must be -1 (off) or >= 1, got {self.top_k}")
+        check_sampling(self.temperature, self.top_p, self.top_k)
 
 
 @dataclass
