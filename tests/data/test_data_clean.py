@@ -43,6 +43,7 @@ def test_rule_steps_in_order_and_report():
     assert out == [row("What is 2+2?", "4"), row("Compute 3+4.", "7"), row("Compute 1+1.", "2")]
     by = {s.name: s for s in rep.steps}
     assert (rep.n_in, rep.n_out) == (5, 3)
+    assert [st.name for st in rep.steps] == ["choice_to_short", "multi_question", "short_answer", "long_answer"]
     assert (by["multi_question"].n_in, by["multi_question"].n_removed) == (5, 1)
     assert by["choice_to_short"].reasons == {"changed: choice converted to short answer": 1}
     assert by["short_answer"].reasons == {"changed: answer prefix+trailing period+math delimiters": 1}
@@ -50,6 +51,13 @@ def test_rule_steps_in_order_and_report():
     ex = by["choice_to_short"].examples[0]
     assert (ex["row"], ex["new_question"], ex["new_answer"]) == (1, "What is 2+2?", "4")
     assert by["multi_question"].examples[0]["row"] == 0
+
+
+def test_inline_choices_are_converted_not_dropped_as_multi_part():
+    rows = [row("What is 1+1? (a) 2 (b) 3", "(a)"), row("Find (a) x and (b) y.", "1")]
+    out, rep = clean_rows(rows, "multi_question,choice_to_short")  # given in any order, run in pipeline order
+    assert out == [row("What is 1+1?", "2")]
+    assert {s.name: s.n_removed for s in rep.steps} == {"choice_to_short": 0, "multi_question": 1}
 
 
 def test_verl_rows_change_the_nested_answer_and_last_user_message():
@@ -63,7 +71,7 @@ def test_verl_rows_change_the_nested_answer_and_last_user_message():
 
 
 def test_unknown_step_lists_valid_ones():
-    with pytest.raises(ValueError, match=r"unknown cleaning step 'typo'; valid steps: \['multi_question'"):
+    with pytest.raises(ValueError, match=r"unknown cleaning step 'typo'; valid steps: \['choice_to_short'"):
         parse_steps("short_answer,typo")
 
 
@@ -118,7 +126,7 @@ def test_cli_jsonl_writes_cleaned_file_and_report(tmp_path):
     assert run_cli(["--input", str(inp), "--output", str(out), "--on-bad-row", "skip"]) == 0
     assert [json.loads(x) for x in out.read_text().splitlines()] == [row("Compute 3+4.", "7")]
     rep = json.loads((tmp_path / "out.jsonl.report.json").read_text())
-    assert [s["name"] for s in rep["steps"]] == ["multi_question", "choice_to_short", "short_answer", "long_answer"]
+    assert [s["name"] for s in rep["steps"]] == ["choice_to_short", "multi_question", "short_answer", "long_answer"]
     assert rep["validation"]["n_skipped"] == 1 and (rep["n_in"], rep["n_out"]) == (2, 1)
 
 

@@ -185,7 +185,7 @@ def run_clean(args: argparse.Namespace) -> int:
     parse_steps(steps)  # fail on a typo before reading anything
     raw = read_source(args.input, data_cfg, split="train")
     out_storage = _output_storage(args.output, raw.storage)
-    valid, load_report = validate_source(raw, args.on_bad_row)
+    valid, load_report = validate_source(raw, args.on_bad_row, skip_hint="--on-bad-row skip")
     rows = [raw.rows[v.index] for v in valid]
     cleaned, report = clean_rows(rows, steps, model_paths=args.model, schema=raw.schema, options=options,
                                  row_ids=[v.index for v in valid], device=args.device, dtype=args.dtype)

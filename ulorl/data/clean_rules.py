@@ -47,16 +47,16 @@ _MARKER_FORMS = {  # same form for every option of a question
 _REFERS_TO_OPTIONS = re.compile(r"\b(following|options?|choices?|choose|select)\b", re.I)
 
 
-def parse_choices(question: str) -> tuple[str, dict[str, str], str] | None:
+def parse_choices(question: str, letters: str = _LETTERS) -> tuple[str, dict[str, str], str] | None:
     """Split a lettered multiple-choice question into (stem, {letter: option text}, marker form), or None.
 
-    Options must run A, B, C, ... in order with one marker form ((A) or A. / A) / A:);
-    the last option ends at the end of its line.
+    Options must run A, B, C, ... (or the given `letters`) in order with one marker form ((A) or A. / A) /
+    A:); the last option ends at the end of its line. Options are keyed by upper-case letter.
     """
     for form_name, form in _MARKER_FORMS.items():
         spans = []
         pos = 0
-        for L in _LETTERS:
+        for L in letters:
             m = re.compile(form(L), re.M).search(question, pos)
             if not m:
                 break
@@ -70,7 +70,7 @@ def parse_choices(question: str) -> tuple[str, dict[str, str], str] | None:
             text = question[end:stop]
             if j + 1 == len(spans):
                 text = text.split("\n", 1)[0]
-            opts[L] = text.strip().rstrip(";,；，").strip()
+            opts[L.upper()] = text.strip().rstrip(";,；，").strip()
         stem = question[: spans[0][1]].strip()
         if stem and all(opts.values()):
             return stem, opts, form_name
@@ -97,10 +97,15 @@ def choice_conversion(question: str, answer: str) -> tuple[str, str, str] | None
     if _unwrap(answer).lower() in TRUE_FALSE_ANSWERS or _TF_QUESTION.search(question):
         return "drop:true/false question", question, answer
     parsed = parse_choices(question)
+    a = _unwrap(answer)
+    lower = re.fullmatch(r"[(（]?([a-h])[)）]?", a)
+    if parsed is None and lower:  # "(a) 2 (b) 3" with answer "(a)": lower-case options, only in parentheses
+        parsed = parse_choices(question, _LETTERS.lower())
+        parsed = parsed if parsed and parsed[2] == "paren" else None
+        a = lower.group(1).upper()
     if parsed is None:
         return None
     stem, opts, form = parsed
-    a = _unwrap(answer)
     m = re.fullmatch(r"([A-H])(?:\s*[.:)：]\s*.*)?", a, flags=re.S)
     if re.fullmatch(r"[A-H](?:(?:\s*(?:,|、|and|&)\s*|\s+)[A-H])+|[A-H]{2,}", a):
         return "drop:several correct options", question, answer

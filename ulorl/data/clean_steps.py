@@ -24,15 +24,18 @@ ScoreFn = Callable[[list[str], list[str], list[str]], list[float]]
 
 
 class CleanStep(str, Enum):
-    MULTI_QUESTION = "multi_question"
+    """Cleaning steps, in the order they always run (choices are converted before the multi-part check,
+    whose "(a) ... (b) ..." pattern would otherwise drop inline multiple-choice questions)."""
+
     CHOICE_TO_SHORT = "choice_to_short"
+    MULTI_QUESTION = "multi_question"
     SHORT_ANSWER = "short_answer"
     LONG_ANSWER = "long_answer"
     TOO_EASY = "too_easy"
     CONSENSUS = "consensus"
 
 
-RULE_STEPS = [CleanStep.MULTI_QUESTION, CleanStep.CHOICE_TO_SHORT, CleanStep.SHORT_ANSWER, CleanStep.LONG_ANSWER]
+RULE_STEPS = [CleanStep.CHOICE_TO_SHORT, CleanStep.MULTI_QUESTION, CleanStep.SHORT_ANSWER, CleanStep.LONG_ANSWER]
 MODEL_STEPS = [CleanStep.TOO_EASY, CleanStep.CONSENSUS]
 
 
@@ -234,7 +237,8 @@ STEPS: dict[CleanStep, StepFn] = {
 
 
 def parse_steps(steps: str | list[str | CleanStep]) -> list[CleanStep]:
-    """'a,b,c' or a list of names -> steps; an unknown name fails listing the valid ones."""
+    """'a,b,c' or a list of names -> steps in pipeline order (`CleanStep` order, whatever order they are given
+    in); an unknown name fails listing the valid ones."""
     names = [s.strip() for s in steps.split(",") if s.strip()] if isinstance(steps, str) else list(steps)
     valid = [s.value for s in CleanStep]
     out = []
@@ -243,4 +247,5 @@ def parse_steps(steps: str | list[str | CleanStep]) -> list[CleanStep]:
         if v not in valid:
             raise ValueError(f"unknown cleaning step {v!r}; valid steps: {valid}")
         out.append(CleanStep(v))
-    return out
+    order = list(CleanStep)
+    return sorted(dict.fromkeys(out), key=order.index)

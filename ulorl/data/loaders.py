@@ -68,8 +68,11 @@ def read_source(source: str, cfg: DataConfig, split: str = "train") -> RawSource
     return RawSource(source, rows, storage, schema)
 
 
-def validate_source(raw: RawSource, on_bad_row: str) -> tuple[list[ValidRow], LoadReport]:
-    """Validate every row; with on_bad_row='error' raise on the first bad row (counting the others)."""
+def validate_source(raw: RawSource, on_bad_row: str, skip_hint: str = "data.on_bad_row=skip"
+                    ) -> tuple[list[ValidRow], LoadReport]:
+    """Validate every row; with on_bad_row='error' raise on the first bad row (counting the others).
+
+    `skip_hint` is how the caller's user skips bad rows (a config key, or a CLI flag for `ulorl clean`)."""
     report = LoadReport(source=raw.name, n_rows=len(raw.rows))
     default_source = Path(raw.name).stem if raw.storage is not None else raw.name
     valid, issues = [], []
@@ -78,7 +81,7 @@ def validate_source(raw: RawSource, on_bad_row: str) -> tuple[list[ValidRow], Lo
         (issues if isinstance(v, RowIssue) else valid).append(v)
     if issues and on_bad_row == "error":
         more = f" ({len(issues) - 1} more bad rows)" if len(issues) > 1 else ""
-        raise DataError(f"{issues[0].message(raw.name)}{more}; fix the data or set data.on_bad_row=skip")
+        raise DataError(f"{issues[0].message(raw.name)}{more}; fix the data or set {skip_hint}")
     for issue in issues:
         report.add_bad(issue)
     return valid, report
