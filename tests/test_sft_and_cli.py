@@ -44,10 +44,15 @@ def test_config_errors_exit_2_with_a_message(capsys):
     assert "rollout.num_segments=7 must divide" in capsys.readouterr().err
 
 
-def test_train_end_to_end_on_the_tiny_model(tmp_path, tiny_model_dir, capsys):
+def test_train_end_to_end_on_the_tiny_model(tmp_path, tiny_model_dir, capsys, monkeypatch):
+    import ulorl.trainer
+
+    labels = []
+    real = ulorl.trainer.evaluate_policy
+    monkeypatch.setattr(ulorl.trainer, "evaluate_policy", lambda s, label: labels.append(label) or real(s, label))
     run = tmp_path / "run"
     rc = main(["train", "-o", str(run), f"model.path={tiny_model_dir}", "model.warm_start=none",
-               "train.steps=2", "train.train_groups=1", "rollout.group_size=2", "rollout.decode_batch=4",
+               "train.steps=2", "train.eval_every=2", "train.train_groups=1", "rollout.group_size=2", "rollout.decode_batch=4",
                "rollout.max_response_len=16", "rollout.num_segments=2", "algo.dynamic_sampling=false",
                "data.train_size=20", "data.eval_size=4", "eval.k=2", "eval.pass_k=[1,2]", "eval.max_new_tokens=16",
                "logging.progress=false", "reward.num_workers=1", "train.lr=1e-3"])
@@ -68,3 +73,9 @@ def test_train_end_to_end_on_the_tiny_model(tmp_path, tiny_model_dir, capsys):
     summary = json.loads((run / "summary.json").read_text())
     assert summary["steps"] == 2 and summary["trained_samples"] == 4
     assert set(summary["eval_before"]) >= {"avg@k", "pass@1", "pass@2"}
+    assert labels == ["before", "step2"]  # the evaluation at the last step is the final one, not sampled twice
+    assert metrics[-1]["eval/avg@k"] == summary["eval_after"]["avg@k"]
+    paired = summary["eval_paired"]  # the same 4 problems before and after: the change in avg@k, paired
+    assert paired["num_problems"] == 4 and paired["better"] + paired["worse"] + paired["same"] == 4
+    assert paired["delta"] == pytest.approx(summary["eval_after"]["avg@k"] - summary["eval_before"]["avg@k"])
+    assert "paired over 4 problems" in out

@@ -67,6 +67,10 @@ def format_summary(s: dict) -> str:
     for key in [k for k in b if k.startswith(("avg@", "pass@"))] + ["response_length/mean", "truncation_rate"]:
         if key in b and key in a:
             lines.append(f"held-out {key:<22} before {b[key]:.4f}   after {a[key]:.4f}   ({a[key] - b[key]:+.4f})")
+    p = s.get("eval_paired")
+    if p:
+        lines.append(f"paired over {p['num_problems']} problems: avg@k change {100 * p['delta']:+.1f} points, standard "
+                     f"error {100 * p['se']:.1f}, z = {p['z']:.1f}; {p['better']} problems better, {p['worse']} worse")
     ent = s["entropy"]
     if ent:
         idx = sorted({0, len(ent) // 4, len(ent) // 2, 3 * len(ent) // 4, len(ent) - 1})

@@ -17,6 +17,7 @@ from tqdm.auto import tqdm
 
 from ulorl.algo import dynamic_sampling
 from ulorl.config import RunConfig
+from ulorl.evaluation.metrics import paired_difference
 from ulorl.reward import apply_overlong_policy
 from ulorl.rollout.segment import SampleError
 from ulorl.session import TrainSession, say
@@ -28,12 +29,16 @@ def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
     stop = _StopOnSignal()
     try:
         if "before" not in s.history["eval"] and s.eval_prompts:
-            s.history["eval"]["before"] = evaluate_policy(s)
+            s.history["eval"]["before"] = evaluate_policy(s, "before")
         bar = tqdm(total=cfg.train.steps, initial=s.step, desc="ulorl train", disable=not cfg.logging.progress)
         while s.step < cfg.train.steps and not stop.requested:
             m = train_step(s)
             if cfg.train.eval_every and s.step % cfg.train.eval_every == 0 and s.eval_prompts:
-                m.update({f"eval/{k}": v for k, v in evaluate_policy(s).items()})
+                ev = evaluate_policy(s, f"step{s.step}")
+                m.update({f"eval/{k}": v for k, v in ev.items()})
+                if s.step == cfg.train.steps:  # the final evaluation is this one: not sampled twice
+                    s.history["eval"]["after"] = ev
+                    s.history["eval_correct"]["after"] = s.history["eval_correct"][f"step{s.step}"]
             s.loggers.log(m, s.step)
             bar.update(1)
             bar.set_postfix(reward=f"{m['critic/score/mean']:.2f}", ent=f"{m['actor/entropy']:.3f}",
@@ -45,7 +50,7 @@ def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
             say(f"stopped by signal at step {s.step}; checkpoint saved in {s.ckpt_root}")
             return {"stopped_at": s.step, "run_dir": str(s.run_dir)}
         if s.eval_prompts and "after" not in s.history["eval"]:
-            s.history["eval"]["after"] = evaluate_policy(s)
+            s.history["eval"]["after"] = evaluate_policy(s, "after")
         s.save()
         return summarize(s)
     finally:
@@ -166,20 +171,26 @@ def step_metrics(s: TrainSession, batch: list[Trajectory], m: dict, acc: Counter
     }
 
 
-def evaluate_policy(s: TrainSession) -> dict:
-    """Held-out accuracy with the configured evaluation protocol (same seed every time)."""
+def evaluate_policy(s: TrainSession, label: str) -> dict:
+    """Held-out accuracy with the configured evaluation protocol (same seed every time).
+
+    The per-problem correct counts are kept in `history["eval_correct"][label]` for paired comparisons."""
     from ulorl.evaluation import evaluate
 
     res = evaluate(s.engine, s.tokenizer, s.eval_prompts, s.cfg.eval,
                    lambda rs, gts, dss: s.reward.score(rs, gts, dss))
+    s.history.setdefault("eval_correct", {})[label] = [p["correct"] for p in res.per_problem]
     return dict(res.summary)
 
 
 def summarize(s: TrainSession) -> dict:
-    ev = s.history["eval"]
+    ev, correct = s.history["eval"], s.history.get("eval_correct", {})
+    paired = None
+    if "before" in correct and "after" in correct and len(correct["before"]) > 1:
+        paired = paired_difference(correct["before"], correct["after"], s.cfg.eval.k)
     return {"run_dir": str(s.run_dir), "steps": s.step, "trained_samples": s.counters["trained_samples"],
             "dropped_groups": s.counters["dropped_groups"], "eval_before": ev.get("before"),
-            "eval_after": ev.get("after"), "entropy": s.history["entropy"],
+            "eval_after": ev.get("after"), "eval_paired": paired, "entropy": s.history["entropy"],
             "segments_hist": dict(sorted(s.history["segments_hist"].items(), key=lambda kv: int(kv[0])))}
 
 

@@ -6,7 +6,7 @@ from math import comb
 
 import pytest
 
-from ulorl.evaluation import EvalConfig, length_stats, pass_at_k
+from ulorl.evaluation import EvalConfig, length_stats, paired_difference, pass_at_k
 
 
 @pytest.mark.parametrize("n, c, k, expected", [
@@ -50,3 +50,20 @@ def test_eval_config_defaults_and_validation():
         EvalConfig(top_k=0)
     with pytest.raises(ValueError, match="eval.k must be >= 1"):
         EvalConfig(k=0)
+
+
+def test_paired_difference_by_hand():
+    # k=4; per-problem differences d = (+2/4, 0, -1/4, +3/4) -> mean 0.25
+    p = paired_difference([1, 2, 4, 0], [3, 2, 3, 3], k=4)
+    d = [0.5, 0.0, -0.25, 0.75]
+    mean = sum(d) / 4
+    sd = (sum((x - mean) ** 2 for x in d) / 3) ** 0.5
+    assert p["delta"] == pytest.approx(0.25)
+    assert p["se"] == pytest.approx(sd / 2)
+    assert p["z"] == pytest.approx(0.25 / (sd / 2))
+    assert (p["better"], p["worse"], p["same"], p["num_problems"]) == (2, 1, 1, 4)
+
+
+def test_paired_difference_rejects_mismatched_lists():
+    with pytest.raises(ValueError, match="3 problems before but 2 after"):
+        paired_difference([1, 2, 3], [1, 2], k=4)

@@ -31,3 +31,22 @@ def length_stats(lengths: list[int], prefix: str = "response_length") -> dict[st
         f"{prefix}/p90": float(np.percentile(a, 90)),
         f"{prefix}/max": float(a.max()),
     }
+
+
+def paired_difference(before: list[int], after: list[int], k: int) -> dict[str, float]:
+    """Paired comparison of two evaluations of the same problems with the same protocol.
+
+    `before[i]`, `after[i]`: correct samples out of `k` on problem i. Per-problem accuracy
+    differences d_i = (after_i - before_i) / k; returns their mean (= the change in avg@k), its
+    standard error std(d, ddof=1) / sqrt(n), z = mean / se, and how many problems got better/worse.
+    Pairing removes the problem-difficulty variance that two independent avg@k estimates carry.
+    """
+    if len(before) != len(after):
+        raise ValueError(f"paired_difference: {len(before)} problems before but {len(after)} after")
+    if len(before) < 2:
+        raise ValueError("paired_difference needs at least 2 problems")
+    d = (np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64)) / k
+    se = float(d.std(ddof=1) / np.sqrt(len(d)))
+    mean = float(d.mean())
+    return {"delta": mean, "se": se, "z": mean / se if se > 0 else float("nan"), "better": int((d > 0).sum()), "worse": int((d < 0).sum()), "same": int((d == 0).sum()),
+            "num_problems": len(d)}
