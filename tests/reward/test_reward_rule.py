@@ -225,3 +225,13 @@ def test_plain_numbers_are_settled_without_workers():
     assert plain_numbers_equal("$-2$", "-2") is True
     # anything else needs math-verify
     assert plain_numbers_equal("1/2", "0.5") is None and plain_numbers_equal("\\frac12", "0.5") is None
+
+
+def test_first_use_long_after_the_startup_deadline_works():
+    # regression: a zygote that had long said "ready" was refused once its start-up deadline had passed,
+    # because the deadline was checked before the message was read (a run died at step 280 this way)
+    with RuleVerifier(timeout_s=TIMEOUT_S, num_workers=1, fast_path=False, startup_timeout_s=3.0) as v:
+        zygote = v._pool._state["boot"].result()
+        assert zygote.conn.poll(60), "the zygote never became ready"  # its "ready" waits, unread
+        time.sleep(max(0.0, zygote.started_at + zygote.startup_timeout_s - time.monotonic()) + 0.2)
+        assert v.score([r"\boxed{2}", r"\boxed{3}"], ["2", "2"]) == [1.0, 0.0]

@@ -38,6 +38,8 @@ class RewardConfig:
     """Hard deadline per verified item, seconds; a worker that misses it is killed."""
     num_workers: int = 2
     """Verification worker processes."""
+    startup_timeout_s: float = 300.0
+    """How long the verification workers' parent process may take to start (imports math-verify/sympy)."""
     max_answer_chars: int = 10_000
     """Extracted answers longer than this score 0 without verification."""
     extractors: dict[str, str] = field(default_factory=dict)
@@ -74,6 +76,8 @@ class RewardConfig:
             )
         if not self.timeout_s > 0:
             raise ValueError(f"reward.timeout_s must be > 0, got {self.timeout_s}")
+        if not self.startup_timeout_s > 0:
+            raise ValueError(f"reward.startup_timeout_s must be > 0, got {self.startup_timeout_s}")
         if self.num_workers < 1:
             raise ValueError(f"reward.num_workers must be >= 1, got {self.num_workers}")
         if self.max_answer_chars < 1:

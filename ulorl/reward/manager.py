@@ -76,6 +76,7 @@ class RewardManager:
                 fn=cfg.fn,
                 extractors=cfg.extractors,
                 max_answer_chars=cfg.max_answer_chars,
+                startup_timeout_s=cfg.startup_timeout_s,
             )
         except BaseException:
             if self.judge is not None:

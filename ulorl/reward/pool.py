@@ -238,12 +238,13 @@ class _Zygote:
         return self.proc.poll() is None
 
     def wait_ready(self) -> None:
-        """Block until the zygote has warmed up; ``RuntimeError`` if it fails to."""
+        """Block until the zygote has warmed up; ``RuntimeError`` if it fails to.
+
+        A "ready" already sent is read before the deadline is looked at: the first fork may come long
+        after start-up (the numeric fast path can settle every item of a run's first minutes)."""
         while not self.ready:
             left = self.started_at + self.startup_timeout_s - time.monotonic()
-            if left <= 0:
-                raise RuntimeError(f"reward worker zygote not ready after {self.startup_timeout_s}s")
-            if self.conn.poll(min(left, 1.0)):
+            if self.conn.poll(0 if left <= 0 else min(left, 1.0)):
                 try:
                     msg = self.conn.recv()
                 except (EOFError, OSError):
@@ -255,6 +256,9 @@ class _Zygote:
                 self.ready = msg[0] == "ready"
             elif self.proc.poll() is not None:
                 raise RuntimeError(f"reward worker zygote exited with code {self.proc.returncode}")
+            elif left <= 0:
+                raise RuntimeError(f"reward worker zygote not ready after {self.startup_timeout_s}s "
+                                   "(reward.startup_timeout_s)")
 
     def fork(self) -> _Worker:
         """A new worker forked from the zygote (milliseconds once the zygote is ready)."""

@@ -158,6 +158,7 @@ class RuleVerifier:
         fast_path: bool = True,
         chunk_size: int | None = None,
         memory_mb: int | None = None,
+        startup_timeout_s: float = 300.0,
     ) -> None:
         if max_answer_chars < 1:
             raise ValueError(f"max_answer_chars must be >= 1, got {max_answer_chars}")
@@ -175,7 +176,8 @@ class RuleVerifier:
                 warmup = [("ulorl.reward.pool:resolve_function", (str(self.fn),))]
             else:
                 warmup = [("ulorl.reward.rule:warmup", ())]
-            self._pool = WorkerPool(num_workers, timeout_s, warmup=warmup, memory_mb=memory_mb)
+            self._pool = WorkerPool(num_workers, timeout_s, warmup=warmup, memory_mb=memory_mb,
+                                    startup_timeout_s=startup_timeout_s)
 
     # -- lifecycle -----------------------------------------------------------------
     def close(self) -> None:
