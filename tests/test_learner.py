@@ -149,3 +149,32 @@ def test_filtered_samples_contribute_no_tokens(tiny_model_dir, batch):
     m_all = ln.update(batch, 0)
     m_keep = learner(tiny_model_dir).update(batch, 0, loss_keep=[True, False, True, True])
     assert m_all["actor/response_tokens"] - m_keep["actor/response_tokens"] == batch[1].response_len
+
+
+def test_split_sorted_fewest_micro_batches_then_least_padding():
+    from ulorl.learner import split_sorted
+
+    def greedy(lengths, budget):  # the fill split_sorted replaced: as many rows as fit, longest first
+        runs = []
+        for i, n in enumerate(lengths):
+            if runs and (i - runs[-1][0] + 1) * lengths[runs[-1][0]] <= budget:
+                runs[-1][1] = i + 1
+            else:
+                runs.append([i, i + 1])
+        return runs
+
+    def padded(lengths, runs):
+        return sum((hi - lo) * lengths[lo] for lo, hi in runs)
+
+    g = torch.Generator().manual_seed(0)
+    for _ in range(200):
+        lengths = sorted((torch.randint(1, 60, (int(torch.randint(1, 30, (1,), generator=g)),), generator=g)).tolist(),
+                         reverse=True)
+        budget = int(torch.randint(1, 400, (1,), generator=g))
+        runs = split_sorted(lengths, budget)
+        assert [i for lo, hi in runs for i in range(lo, hi)] == list(range(len(lengths)))  # contiguous, in order
+        assert all(hi - lo == 1 or (hi - lo) * lengths[lo] <= budget for lo, hi in runs)
+        ref = greedy(lengths, budget)
+        assert len(runs) == len(ref) and padded(lengths, runs) <= padded(lengths, ref)
+    assert split_sorted([], 10) == [] and split_sorted([50, 5], 10) == [(0, 1), (1, 2)]
+    assert split_sorted([10, 6, 6, 6], 20) == [(0, 1), (1, 4)]  # greedy: [10, 6], [6, 6] pads 32 tokens, not 28
