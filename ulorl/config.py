@@ -14,12 +14,14 @@ from pathlib import Path
 
 from ulorl.config_loader import ConfigError, build, dump_yaml, load_config, to_dict
 from ulorl.data.config import DataConfig
+from ulorl.distributed.config import DistributedConfig
 from ulorl.evaluation.config import EvalConfig
 from ulorl.reward.config import RewardConfig
 from ulorl.rollout.engines.base import check_sampling
 
-__all__ = ["AlgoConfig", "CheckpointConfig", "ConfigError", "LoggingConfig", "ModelConfig", "RolloutConfig",
-           "RunConfig", "SFTConfig", "TrainConfig", "load_run_config", "dump_yaml", "to_dict", "build"]
+__all__ = ["AlgoConfig", "CheckpointConfig", "ConfigError", "DistributedConfig", "LoggingConfig", "ModelConfig",
+           "RolloutConfig", "RunConfig", "SFTConfig", "TrainConfig", "VLLMConfig", "load_run_config", "dump_yaml",
+           "to_dict", "build"]
 
 
 def _choice(key: str, value: str, allowed) -> None:
@@ -51,6 +53,30 @@ class ModelConfig:
 
 
 @dataclass
+class VLLMConfig:
+    """`rollout.vllm`: options of the vLLM engine (used when rollout.engine=vllm)."""
+
+    gpu_memory_utilization: float = 0.5  # share of GPU memory for vLLM (weights + KV cache); the learner needs the rest
+    tensor_parallel_size: int = 1  # GPUs per engine
+    max_model_len: int | None = None  # prompt + response context; None: the model's (x YaRN factor when set)
+    dtype: str = "auto"  # auto (config dtype; float32 checkpoints run in bfloat16) | bfloat16 | float16 | float32
+    enable_sleep_mode: bool = False  # free vLLM's GPU memory while the learner updates (learner on the same GPU)
+    enable_prefix_caching: bool = True  # reuse KV of shared prefixes (reset after every weight sync)
+    enforce_eager: bool = False  # no CUDA graphs: faster start, slower decode
+    max_num_seqs: int | None = None  # requests decoded at once; None: vLLM's default
+    seeded: bool = True  # per-request seeds (reproducible; vLLM samples seeded rows one by one)
+
+    def __post_init__(self) -> None:
+        if not 0 < self.gpu_memory_utilization <= 1:
+            raise ConfigError(f"rollout.vllm.gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]")
+        _positive("rollout.vllm.tensor_parallel_size", self.tensor_parallel_size)
+        for k in ("max_model_len", "max_num_seqs"):
+            if getattr(self, k) is not None:
+                _positive(f"rollout.vllm.{k}", getattr(self, k))
+        _choice("rollout.vllm.dtype", self.dtype, ["auto", "bfloat16", "float16", "float32"])
+
+
+@dataclass
 class RolloutConfig:
     engine: str = "hf"  # hf (CPU default) | vllm (GPU)
     max_response_len: int = 160  # global cap L on response tokens
@@ -60,6 +86,7 @@ class RolloutConfig:
     temperature: float = 0.85
     top_p: float = 1.0
     top_k: int = -1  # -1 = off
+    vllm: VLLMConfig = field(default_factory=VLLMConfig)  # rollout.engine=vllm only
 
     def __post_init__(self) -> None:
         _choice("rollout.engine", self.engine, ["hf", "vllm"])
@@ -127,7 +154,7 @@ class TrainConfig:
     lr: float = 1e-6  # AdamW, constant (paper)
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    micro_batch_tokens: int = 2048  # padded tokens per micro-batch (length-sorted: little padding)
+    micro_batch_tokens: int = 512  # padded tokens per micro-batch (length-sorted; 2048 padded 19%: benchmarks.md)
     logit_chunk: int = 1024  # positions per chunk of the log-prob/entropy pass
     max_rounds_per_step: int = 64  # rollout rounds without a full batch before giving up
     max_bad_steps: int = 5  # consecutive non-finite updates that stop the run
@@ -197,6 +224,7 @@ class RunConfig:
     eval: EvalConfig = field(default_factory=EvalConfig)
     logging: LoggingConfig = field(default_factory=LoggingConfig)
     checkpoint: CheckpointConfig = field(default_factory=CheckpointConfig)
+    distributed: DistributedConfig = field(default_factory=DistributedConfig)  # local | ray placement
 
     def __post_init__(self) -> None:
         if self.algo.is_mode == "tois" and self.rollout.num_segments != 1:

@@ -8,6 +8,12 @@ token-level loss. The batch is split into length-sorted micro-batches under a to
 budget; each micro-batch loss is divided by the *global* number of response tokens,
 so the summed gradients equal one full-batch step. A non-finite loss or gradient
 norm skips the update and leaves weights and optimizer state untouched.
+
+Data parallelism plugs in through four reduction hooks (`_global_sum`, `_all_finite`,
+`_sync_gradients`, `_merge_metrics`), identities here; `ShardedLearner` (in
+`ulorl.distributed.sharded_learner`) overrides them to sum over `torch.distributed` ranks,
+and passes the advantages of the whole batch to `update_on`, so each rank trains its
+shard exactly as one process would.
 """
 
 from __future__ import annotations
@@ -59,17 +65,43 @@ class MicroBatch:
 
 def make_micro_batches(trajs: list[Trajectory], advantages: torch.Tensor, version: int, pad_id: int,
                        token_budget: int, loss_keep: list[bool] | None = None) -> list[MicroBatch]:
-    """Length-sorted micro-batches whose padded size `b x S` stays within `token_budget` (at least one row)."""
-    order = sorted(range(len(trajs)), key=lambda i: -(len(trajs[i].prompt_tokens) + trajs[i].response_len))
-    groups: list[list[int]] = []
-    for i in order:
-        n = len(trajs[i].prompt_tokens) + trajs[i].response_len
-        if groups and (len(groups[-1]) + 1) * max(n, _len(trajs[groups[-1][0]])) <= token_budget:
-            groups[-1].append(i)
-        else:
-            groups.append([i])
+    """Length-sorted micro-batches whose padded size `b x S` stays within `token_budget` (at least one row).
+
+    Among the splits of the length-sorted batch into the fewest micro-batches, the one with the fewest pad
+    tokens (see `split_sorted`)."""
+    order = sorted(range(len(trajs)), key=lambda i: -_len(trajs[i]))
+    groups = [order[lo:hi] for lo, hi in split_sorted([_len(trajs[i]) for i in order], token_budget)]
     return [_collate([trajs[i] for i in g], advantages[g], version, pad_id,
                      [loss_keep[i] for i in g] if loss_keep else None) for g in groups]
+
+
+def split_sorted(lengths: list[int], token_budget: int) -> list[tuple[int, int]]:
+    """Split lengths sorted longest first into `[lo, hi)` runs with `(hi - lo) * lengths[lo] <= token_budget`.
+
+    Dynamic programming over the prefixes: first the fewest runs (what a greedy fill gives, so no more model
+    calls than greedy), then the fewest padded tokens among those. A greedy fill puts the next-longest
+    sequences with the few longest ones and pads them up; this split moves the cut points instead (on a
+    long-tailed batch of 48 it pads 0.19 instead of 0.23 at 2048 tokens). A run of one is always allowed.
+    O(n x rows per micro-batch).
+    """
+    n = len(lengths)
+    if n * (lengths[0] if n else 0) <= token_budget:
+        return [(0, n)] if n else []
+    best: list[tuple[int, int]] = [(0, 0)] + [(n + 1, 0)] * n  # (runs, padded tokens) of the first i lengths
+    cut = [0] * (n + 1)
+    for hi in range(1, n + 1):
+        for lo in range(hi - 1, -1, -1):
+            padded = (hi - lo) * lengths[lo]
+            if padded > token_budget and lo < hi - 1:
+                break  # longer runs only get wider
+            cand = (best[lo][0] + 1, best[lo][1] + padded)
+            if cand < best[hi]:
+                best[hi], cut[hi] = cand, lo
+    runs, hi = [], n
+    while hi > 0:
+        runs.append((cut[hi], hi))
+        hi = cut[hi]
+    return runs[::-1]
 
 
 def _len(t: Trajectory) -> int:
@@ -125,12 +157,22 @@ class Learner:
     # -- one gradient update ---------------------------------------------------------------------
     def update(self, trajs: list[Trajectory], version: int, loss_keep: list[bool] | None = None) -> dict[str, float]:
         """One gradient update on `trajs` (whole groups). `loss_keep[i]=False` drops sample i from the loss."""
-        a = self.algo
+        adv = self.advantages(trajs)
+        return {**self.update_on(trajs, adv, version, loss_keep), **advantage_metrics(adv)}
+
+    def advantages(self, trajs: list[Trajectory]) -> torch.Tensor:
+        """`(B,)` GRPO advantages over the groups of `trajs` (every group must be whole)."""
         rewards = torch.tensor([float(t.reward or 0.0) for t in trajs])
-        adv = group_advantages(rewards, [t.group_id for t in trajs], norm_by_std=a.norm_adv_by_std)
-        mbs = make_micro_batches(trajs, adv, version, self.pad_id, self.train_cfg.micro_batch_tokens, loss_keep)
-        n_tokens = max(sum(int(mb.response_mask.sum()) for mb in mbs), 1)
-        n_seqs = max(sum(int(mb.response_mask.any(-1).sum()) for mb in mbs), 1)
+        return group_advantages(rewards, [t.group_id for t in trajs], norm_by_std=self.algo.norm_adv_by_std)
+
+    def update_on(self, trajs: list[Trajectory], advantages: torch.Tensor, version: int,
+                  loss_keep: list[bool] | None = None) -> dict[str, float]:
+        """The gradient update of `update` given `(B,)` advantages (a data-parallel rank: its shard's slice)."""
+        a = self.algo
+        mbs = self.micro_batches(trajs, advantages, version, loss_keep)
+        local = torch.tensor([sum(int(mb.response_mask.sum()) for mb in mbs),
+                              sum(int(mb.response_mask.any(-1).sum()) for mb in mbs)], dtype=torch.float64)
+        n_tokens, n_seqs = (max(int(x), 1) for x in self._global_sum(local))  # over all ranks
         denom = n_tokens if a.loss_agg == "token-mean" else n_seqs
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -147,10 +189,14 @@ class Learner:
             loss = self.loss_hook(loss)
             if not torch.isfinite(loss):
                 finite = False
-                break
+                if not self.lockstep:  # lockstep ranks (FSDP2) must run every backward: the update is skipped anyway
+                    break
             loss.backward()
             w = int(mb.response_mask.sum())
             _accumulate(acc, m, w, entropy, mb, logprobs.detach())
+        finite = self._all_finite(finite)
+        if finite:
+            self._sync_gradients()
         grad_norm = self._grad_norm() if finite else float("nan")
         skipped = not (finite and math.isfinite(grad_norm))
         if skipped:
@@ -158,13 +204,35 @@ class Learner:
         else:
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
+        acc.update(_micro_batches=len(mbs), _pad_tokens=sum(mb.pad_tokens for mb in mbs),
+                   _padded_tokens=sum(mb.input_ids.numel() for mb in mbs))
+        acc = self._merge_metrics(acc)
         out = {k: v / n_tokens for k, v in acc.items() if not k.startswith("_")}
         out.update({k: v for k, v in acc.items() if k.startswith("_")})
-        out = _finish_metrics(out, grad_norm, skipped, mbs, n_tokens)
-        out["critic/advantages/mean"] = float(adv.mean())
-        out["critic/advantages/max"] = float(adv.max())
-        out["critic/advantages/min"] = float(adv.min())
-        return out
+        return _finish_metrics(out, grad_norm, skipped, n_tokens)
+
+    def micro_batches(self, trajs: list[Trajectory], advantages: torch.Tensor, version: int,
+                      loss_keep: list[bool] | None) -> list[MicroBatch]:
+        return make_micro_batches(trajs, advantages, version, self.pad_id, self.train_cfg.micro_batch_tokens,
+                                  loss_keep)
+
+    # -- reductions over data-parallel ranks: identities for one process -------------------------
+    lockstep = False  # True when every rank must run the same forward/backward passes (FSDP2)
+
+    def _global_sum(self, x: torch.Tensor) -> torch.Tensor:
+        """`(k,)` local counts -> the sums over all ranks."""
+        return x
+
+    def _all_finite(self, finite: bool) -> bool:
+        """True when the loss was finite on every rank."""
+        return finite
+
+    def _sync_gradients(self) -> None:
+        """Make every rank hold the gradient of the whole batch (a sum over ranks)."""
+
+    def _merge_metrics(self, acc: dict[str, float]) -> dict[str, float]:
+        """Merge the metric sums of all ranks (keys ending in `_max`: maximum; others: sum)."""
+        return acc
 
     def loss_hook(self, loss: torch.Tensor) -> torch.Tensor:
         """Identity; tests replace it to inject faults (e.g. a NaN loss)."""
@@ -196,7 +264,13 @@ def _accumulate(acc: dict, m: dict, w: int, entropy: torch.Tensor, mb: MicroBatc
         acc[f"_age{age}_max"] = max(acc.get(f"_age{age}_max", 0.0), d["max_abs_log_ratio"])
 
 
-def _finish_metrics(acc: dict, grad_norm: float, skipped: bool, mbs: list[MicroBatch], n_tokens: int) -> dict:
+def advantage_metrics(adv: torch.Tensor) -> dict[str, float]:
+    """Summary of the `(B,)` advantages of a batch."""
+    return {"critic/advantages/mean": float(adv.mean()), "critic/advantages/max": float(adv.max()),
+            "critic/advantages/min": float(adv.min())}
+
+
+def _finish_metrics(acc: dict, grad_norm: float, skipped: bool, n_tokens: int) -> dict:
     out = {
         "actor/entropy": acc.get("entropy", 0.0),
         "actor/pg_loss": acc.get("_pg_loss", 0.0),
@@ -207,9 +281,9 @@ def _finish_metrics(acc: dict, grad_norm: float, skipped: bool, mbs: list[MicroB
         "actor/ratio_mean": acc.get("ratio_mean", 1.0),
         "actor/grad_norm": grad_norm,
         "actor/skipped": float(skipped),
-        "actor/micro_batches": float(len(mbs)),
+        "actor/micro_batches": float(acc["_micro_batches"]),
         "actor/response_tokens": float(n_tokens),
-        "perf/pad_ratio": sum(mb.pad_tokens for mb in mbs) / max(sum(mb.input_ids.numel() for mb in mbs), 1),
+        "perf/pad_ratio": acc["_pad_tokens"] / max(acc["_padded_tokens"], 1),
     }
     for k in list(acc):
         if k.startswith("_age") and k.endswith("_n"):

@@ -23,11 +23,10 @@ from ulorl.checkpoint import (LATEST, CheckpointError, compare_configs, find_res
                               set_rng_state, step_of, torch_rng_state)
 from ulorl.config import RunConfig, dump_yaml, to_dict
 from ulorl.data import load_prompts
-from ulorl.learner import Learner
+from ulorl.distributed.placement import build_placement
 from ulorl.models import eos_token_ids, load_model, load_tokenizer
 from ulorl.reward import RewardManager
 from ulorl.rollout.engines.base import SamplingParams
-from ulorl.rollout.engines.registry import build_engine
 from ulorl.rollout.pools import ExperiencePool, UnfinishedPool
 from ulorl.rollout.prompt_source import PromptSource
 from ulorl.rollout.segment import SegmentRollout
@@ -89,7 +88,9 @@ class TrainSession:
         if cfg.data.eval:
             self.eval_prompts, ereport = load_prompts(cfg.data, self.tokenizer, "eval")
             say(f"eval data: {ereport.summary()}")
-        self.engine = build_engine(cfg.rollout.engine, self.model, self.tokenizer, self.eos_ids)
+        self.placement = build_placement(cfg)  # distributed.backend: local (this process) | ray (actors)
+        self.engine = self.placement.engine(self.model, self.tokenizer, self.eos_ids, model_path=policy_path,
+                                            vllm=cfg.rollout.vllm, model_cfg=cfg.model, seed=cfg.train.seed)
         r = cfg.rollout
         self.params = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k)
         self.prompts = PromptSource(self.train_prompts, seed=cfg.data.seed, shuffle=cfg.data.shuffle)
@@ -98,7 +99,7 @@ class TrainSession:
                                       num_segments=r.num_segments, seed=cfg.train.seed)
         self.unfinished = UnfinishedPool()
         self.experience = ExperiencePool(r.group_size)
-        self.learner = Learner(self.model, cfg.train, cfg.algo, r.temperature, self.tokenizer.pad_token_id)
+        self.learner = self.placement.learner(self.model, self.tokenizer.pad_token_id)
         self.reward = RewardManager(cfg.reward)
         self.step, self.version, self.counters = 0, 0, {"trained_samples": 0, "dropped_groups": 0, "bad_steps": 0}
         self.history: dict = {"entropy": [], "eval": {}, "segments_hist": {}}
@@ -108,6 +109,7 @@ class TrainSession:
                 self._restore(ckpt)
             except BaseException:
                 self.reward.close()
+                self.placement.close()
                 raise
             self._commit_resumed(ckpt["path"])
         resume_step = self.step if ckpt else None
@@ -204,6 +206,7 @@ class TrainSession:
 
     def close(self) -> None:
         self.reward.close()
+        self.placement.close()
         self.loggers.close()
         self.samples.close()
         (self.run_dir / "history.json").write_text(json.dumps(self.history, indent=1))

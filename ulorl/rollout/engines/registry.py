@@ -13,11 +13,11 @@ def _hf(model, tokenizer, eos_ids: list[int], **kw) -> Engine:
 
 
 def _vllm(model, tokenizer, eos_ids: list[int], **kw) -> Engine:
-    try:
-        import vllm  # noqa: F401
-    except ImportError as e:
-        raise ImportError("rollout.engine=vllm needs vLLM: pip install 'ulorl[vllm]' (GPU machines only)") from e
-    raise NotImplementedError("the vLLM engine is not available in this release; use rollout.engine=hf")
+    """vLLM loads the policy from `model_path` (the in-memory `model` only receives later weight syncs)."""
+    from ulorl.rollout.engines.vllm import build_vllm_engine  # imports vllm itself, with an install hint
+
+    return build_vllm_engine(eos_ids, model_path=kw.get("model_path"), options=kw.get("vllm"),
+                             model_cfg=kw.get("model_cfg"), seed=kw.get("seed", 0))
 
 
 ENGINES: dict[EngineName, Callable[..., Engine]] = {EngineName.HF: _hf, EngineName.VLLM: _vllm}

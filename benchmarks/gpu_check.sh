@@ -1,0 +1,121 @@
+#!/usr/bin/env bash
+# GPU check: a short UloRL training run with the vLLM engine on one NVIDIA GPU, on a small Qwen3-architecture
+# model created locally (random weights, nothing downloaded but pip packages). Prints tokens/s and step time.
+#
+#   bash benchmarks/gpu_check.sh                          # makes runs/gpu-venv, installs '.[vllm]' into it
+#   PYTHON=/path/to/python bash benchmarks/gpu_check.sh   # an environment with ulorl[vllm] installed
+#
+# Needs: one NVIDIA GPU, Python >= 3.11, and network access to PyPI unless $PYTHON already imports vllm
+# (vLLM brings its own CUDA build of torch, several GB: the first install takes minutes). The run itself
+# (model build, vLLM start-up with torch.compile and CUDA graphs, 6 training steps) takes about 3-5 minutes.
+# Knobs: STEPS (6), RESPONSE_LEN (1024), DECODE_BATCH (512), GPU_MEM (0.3), OUT (runs/gpu_check-<time>);
+# DEVICE=cpu only for a dry run of this script with a stand-in `vllm` module (no GPU, no speed numbers).
+# Results: $OUT/run/metrics.jsonl, $OUT/gpu_check.json; copy the printed table into docs/scale.md.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+STEPS="${STEPS:-6}"
+RESPONSE_LEN="${RESPONSE_LEN:-1024}"
+DECODE_BATCH="${DECODE_BATCH:-512}"
+GPU_MEM="${GPU_MEM:-0.3}"
+OUT="${OUT:-runs/gpu_check-$(date +%Y%m%d-%H%M%S)}"
+DEVICE="${DEVICE:-cuda}"
+START=$(date +%s)
+
+if [ "$DEVICE" = cuda ]; then
+    if ! command -v nvidia-smi >/dev/null; then
+        echo "gpu_check: nvidia-smi not found: this check needs an NVIDIA GPU" >&2
+        exit 1
+    fi
+    nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
+fi
+
+# -- 1. environment -------------------------------------------------------------------------------------------
+# runs/gpu-venv sees the system's packages, so a machine with torch/vLLM preinstalled downloads only what is missing.
+if [ -z "${PYTHON:-}" ]; then
+    [ -x runs/gpu-venv/bin/python ] || { mkdir -p runs && python3 -m venv --system-site-packages runs/gpu-venv; }
+    PYTHON=runs/gpu-venv/bin/python
+fi
+# (ulorl must be installed, not just importable from this folder: its dependencies come with the install)
+if ! "$PYTHON" -c "import importlib.metadata as m; m.version('ulorl'); import vllm" 2>/dev/null; then
+    echo "gpu_check: installing ulorl[vllm] into $("$PYTHON" -c 'import sys; print(sys.prefix)') (needs network)"
+    "$PYTHON" -m pip install --quiet --disable-pip-version-check --upgrade pip
+    "$PYTHON" -m pip install --quiet --disable-pip-version-check -e ".[vllm]"
+fi
+"$PYTHON" - "$DEVICE" <<'EOF'
+import sys, torch, transformers, vllm
+print(f"python ok: torch {torch.__version__} (CUDA {torch.version.cuda}), transformers {transformers.__version__}, "
+      f"vllm {vllm.__version__}")
+if sys.argv[1] == "cuda":
+    if not torch.cuda.is_available():
+        raise SystemExit("gpu_check: torch sees no CUDA device")
+    print(f"device: {torch.cuda.get_device_name(0)}")
+EOF
+
+# -- 2. a small model, made here ------------------------------------------------------------------------------
+# The built-in tiny model has head_dim 32; this one uses head_dim 64, which every vLLM attention backend supports.
+mkdir -p "$OUT"
+"$PYTHON" - "$OUT/model" <<'EOF'
+import sys
+from ulorl.models import TinyModelSpec, build_tiny_model
+spec = TinyModelSpec(hidden_size=256, num_layers=4, num_heads=4, num_kv_heads=2, intermediate_size=1024,
+                     max_positions=4096)
+path = build_tiny_model(sys.argv[1], spec)
+print(f"model: {path} ({spec})")
+EOF
+
+# -- 3. a short training run with the vLLM engine -------------------------------------------------------------
+# Random weights never answer correctly: dynamic sampling is off (it would drop every group), and DAPO's soft
+# overlong penalty makes rewards differ within groups, so updates are real and weight syncs matter. The run checks
+# the plumbing (generation, continuation of unfinished samples, log-probs, weight sync) and measures speed.
+# pois/abs_log_ratio_age0 = mean |log pi_learner - log pi_vLLM| on tokens of the current version: bf16 engine vs
+# fp32 learner noise (~1e-2) when log-probs and weights agree; a wrong temperature or a missed sync shows up here.
+ulorl_train() { "$PYTHON" -c "import sys; from ulorl.cli import main; sys.exit(main(sys.argv[1:]))" "$@"; }
+ulorl_train train -o "$OUT/run" \
+    model.path="$OUT/model" model.warm_start=none model.dtype=float32 \
+    data.train_size=4000 data.eval=null \
+    rollout.engine=vllm rollout.max_response_len="$RESPONSE_LEN" rollout.num_segments=4 rollout.group_size=8 \
+    rollout.decode_batch="$DECODE_BATCH" \
+    rollout.vllm.gpu_memory_utilization="$GPU_MEM" rollout.vllm.dtype=bfloat16 rollout.vllm.max_model_len=2048 \
+    algo.dynamic_sampling=false algo.is_mode=pois \
+    train.device="$DEVICE" train.steps="$STEPS" train.train_groups=$((DECODE_BATCH / 8)) train.lr=1e-5 \
+    train.micro_batch_tokens=32768 train.logit_chunk=1024 \
+    reward.num_workers=2 reward.overlong=soft_penalty reward.overlong_buffer=$((RESPONSE_LEN / 2)) \
+    checkpoint.every=0 logging.progress=false logging.table_every=1
+
+# -- 4. report ------------------------------------------------------------------------------------------------
+"$PYTHON" - "$OUT" "$START" <<'EOF'
+import json, sys, time
+from pathlib import Path
+from ulorl.logging import read_metrics
+
+out, start = Path(sys.argv[1]), float(sys.argv[2])
+rows = read_metrics(out / "run" / "metrics.jsonl")
+if not rows:
+    raise SystemExit("gpu_check: no metrics were written")
+print("\n| step | decoded tokens | gen s | update s | step s | tokens/s (step) | gen tokens/s | abs log ratio |")
+print("|---:|---:|---:|---:|---:|---:|---:|---:|")
+for r in rows:
+    dec, gen, upd, st = r["rollout/decoded_tokens"], r["timing_s/gen"], r["timing_s/update"], r["timing_s/step"]
+    ratio = r.get("pois/abs_log_ratio_age0")
+    print(f"| {r['step']} | {dec:.0f} | {gen:.2f} | {upd:.2f} | {st:.2f} | {r['perf/throughput']:.0f} | "
+          f"{dec / max(gen, 1e-9):.0f} | {'-' if ratio is None else f'{ratio:.4f}'} |")
+warm = rows[1:] or rows  # step 1 includes first-call warm-up (sampler/kernel caches, learner allocation)
+dec = sum(r["rollout/decoded_tokens"] for r in warm)
+summary = {
+    "steps_measured": len(warm),
+    "tokens_per_s": dec / sum(r["timing_s/step"] for r in warm),
+    "gen_tokens_per_s": dec / max(sum(r["timing_s/gen"] for r in warm), 1e-9),
+    "step_time_s": sum(r["timing_s/step"] for r in warm) / len(warm),
+    "update_time_s": sum(r["timing_s/update"] for r in warm) / len(warm),
+    "first_step_s": rows[0]["timing_s/step"],
+    "abs_log_ratio_age0": [r.get("pois/abs_log_ratio_age0") for r in rows],
+    "wall_s_total": time.time() - start,
+}
+(out / "gpu_check.json").write_text(json.dumps(summary, indent=1))
+print(f"\ngpu_check: steps 2-{rows[-1]['step']}: {summary['tokens_per_s']:.0f} tokens/s over whole steps, "
+      f"{summary['gen_tokens_per_s']:.0f} tokens/s while generating, step time {summary['step_time_s']:.2f} s "
+      f"(update {summary['update_time_s']:.2f} s); first step {summary['first_step_s']:.2f} s; "
+      f"wall time {summary['wall_s_total']:.0f} s (incl. install and start-up)")
+print(f"gpu_check: OK ({out})")
+EOF

@@ -1,0 +1,97 @@
+"""Placement registry: `distributed.backend` -> where the engine and the learner run.
+
+`TrainSession` asks its placement for the engine and the learner and closes it at
+the end; the trainer loop does not know which placement it runs on. The driver
+always keeps the model (for checkpoints and evaluation), the pools, the prompt
+source, the rewards and the loop.
+
+- `local`: the registry engine over the session's model (HF shares its weights with
+  the learner) and a `Learner` in this process. What every run did before.
+- `ray`: `RayEngine` (`num_engines` engine actors) and `RayLearner` (`learner_procs`
+  learner actors, a `ShardedLearner` group when > 1) on a Ray cluster.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Protocol
+
+import torch
+
+from ulorl.config import ConfigError, RunConfig
+from ulorl.distributed.config import BackendName
+from ulorl.rollout.engines.base import Engine
+
+
+class Placement(Protocol):
+    def engine(self, model: torch.nn.Module, tokenizer, eos_ids: list[int], **engine_kw) -> Engine:
+        """The rollout engine (`engine_kw` go to `build_engine`)."""
+        ...
+
+    def learner(self, model: torch.nn.Module, pad_id: int):
+        """An object with `Learner`'s `update`, `state_dict`, `load_state_dict` and `optimizer.param_groups`."""
+        ...
+
+    def close(self) -> None:
+        """Release what the placement started (actors)."""
+        ...
+
+
+class LocalPlacement:
+    def __init__(self, cfg: RunConfig) -> None:
+        self.cfg = cfg
+
+    def engine(self, model, tokenizer, eos_ids, **engine_kw) -> Engine:
+        from ulorl.rollout.engines.registry import build_engine
+
+        return build_engine(self.cfg.rollout.engine, model, tokenizer, eos_ids, **engine_kw)
+
+    def learner(self, model, pad_id):
+        from ulorl.learner import Learner
+
+        return Learner(model, self.cfg.train, self.cfg.algo, self.cfg.rollout.temperature, pad_id)
+
+    def close(self) -> None:
+        pass
+
+
+class RayPlacement:
+    def __init__(self, cfg: RunConfig) -> None:
+        from ulorl.distributed.ray_cluster import connect
+
+        d = cfg.distributed
+        if torch.device(cfg.train.device).type == "cuda" and not (d.gpus_per_engine > 0 and d.gpus_per_learner > 0):
+            raise ConfigError(f"train.device={cfg.train.device} with distributed.backend=ray: give the actors GPUs "
+                              f"(distributed.gpus_per_engine={d.gpus_per_engine}, distributed.gpus_per_learner="
+                              f"{d.gpus_per_learner}; e.g. 1 each)")
+        self.cfg, self.ray = cfg, connect(d)
+        self._parts: list = []
+
+    def engine(self, model, tokenizer, eos_ids, **engine_kw) -> Engine:
+        from ulorl.distributed.ray_engine import RayEngine
+
+        self._parts.append(RayEngine(self.cfg.distributed, self.cfg.rollout.engine, model, tokenizer, eos_ids,
+                                     device=self.cfg.train.device, engine_kw=engine_kw))
+        return self._parts[-1]
+
+    def learner(self, model, pad_id):
+        from ulorl.distributed.ray_learner import RayLearner
+
+        self._parts.append(RayLearner(self.cfg, model, pad_id))
+        return self._parts[-1]
+
+    def close(self) -> None:
+        """Kill this run's actors (the Ray session stays up for the process: a later run reuses it)."""
+        for part in self._parts:
+            part.close()
+        self._parts = []
+
+
+PLACEMENTS: dict[BackendName, Callable[[RunConfig], Placement]] = {
+    BackendName.LOCAL: LocalPlacement,
+    BackendName.RAY: RayPlacement,
+}
+
+
+def build_placement(cfg: RunConfig) -> Placement:
+    return PLACEMENTS[BackendName(cfg.distributed.backend)](cfg)

@@ -1,0 +1,230 @@
+"""Data-parallel learner over `torch.distributed`: the same update as one process.
+
+Every rank receives the *whole* batch (token lists are small next to the model),
+computes the GRPO advantages over it, and trains its shard of whole groups
+(`shard_groups`). The token-mean stays exact: each micro-batch loss is divided by
+the all-reduced *global* count of response tokens, so the rank losses add up to the
+one-process loss and the summed gradient is the one-process gradient. Then every
+rank clips by the global gradient norm and takes the identical AdamW step.
+
+Two ways to hold the model (`sharding`):
+
+- `replicate` (default on CPU; gloo): every rank holds the whole model and the
+  whole optimizer state; gradients are summed with one flattened all-reduce per
+  dtype after the last micro-batch (DDP-style, without DDP's backward hooks, so
+  ranks may run different numbers of micro-batches).
+- `fsdp2` (default on CUDA; NCCL): each decoder layer and the backbone are sharded
+  with `torch.distributed.fsdp.fully_shard`; FSDP2 reduce-scatters their gradients
+  as a *sum* (divide factor 1, forced plain SUM; the loss is already divided by
+  the global count). The LM head weight, which the learner uses outside the backbone's forward
+  (chunked log-probs), is kept out of FSDP (`ignored_params`; with tied embeddings
+  that is the input embedding too) and summed by the all-reduce above. FSDP2
+  communicates inside forward/backward, so ranks run in lockstep: shorter shards
+  are padded with empty micro-batches and a non-finite loss does not stop the loop.
+
+Tested on CPU (gloo, 2 processes): `replicate` and `fsdp2` give the one-process
+weights and metrics to 1e-5. Not tested: NCCL, GPUs, more than one machine,
+mixed precision with FSDP2, and the full-state-dict checkpoint path of `fsdp2`
+on GPU (`torch.distributed.checkpoint.state_dict`, written for it but only run on CPU).
+
+Deviations from one process, by design: `actor/micro_batches` is the sum over
+ranks and `perf/pad_ratio` pools all ranks' micro-batches; every other metric is
+the one-process value. Under torchrun, call `dist.init_process_group()` and build a
+`ShardedLearner` on every rank with the same batch; `init_process_group` below is
+the explicit-address form used by the Ray learner actors and the tests.
+"""
+
+from __future__ import annotations
+
+import math
+import socket
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+from ulorl.config import AlgoConfig, TrainConfig
+from ulorl.distributed.config import ShardingName
+from ulorl.distributed.sharding import shard_groups
+from ulorl.learner import Learner, MicroBatch, advantage_metrics, make_micro_batches
+from ulorl.trajectory import Trajectory
+
+
+def free_port() -> int:
+    """A TCP port free on this machine now (for a process group's rendezvous)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("", 0))
+        return s.getsockname()[1]
+
+
+def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int, device: str = "cpu",
+                       timeout_s: float = 600.0) -> None:
+    """Join a process group by explicit address: gloo for CPU training, NCCL for CUDA."""
+    backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
+    dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=rank,
+                            world_size=world_size, timeout=timedelta(seconds=timeout_s))
+
+
+def resolve_sharding(sharding: str, device: str) -> ShardingName:
+    """`auto` -> fsdp2 on CUDA, replicate elsewhere."""
+    name = ShardingName(sharding)
+    if name is ShardingName.AUTO:
+        return ShardingName.FSDP2 if torch.device(device).type == "cuda" else ShardingName.REPLICATE
+    return name
+
+
+def apply_fsdp2(model: torch.nn.Module) -> None:
+    """Shard the decoder layers and the backbone in place (gradients reduce-scattered as sums).
+
+    The LM head parameters (and the embedding they may be tied to) stay whole on every rank."""
+    from torch.distributed.fsdp import fully_shard
+
+    backbone = model.base_model
+    head = model.get_output_embeddings()
+    head_ids = {id(p) for p in head.parameters()}
+    block_names = set(getattr(model, "_no_split_modules", None) or [])
+    blocks = [m for m in backbone.modules() if type(m).__name__ in block_names]
+    if not blocks:
+        raise ValueError(f"fsdp2: found no decoder layers in {type(model).__name__} (its _no_split_modules "
+                         f"{sorted(block_names)} name none of its modules); use distributed.sharding=replicate")
+    units = []
+    for block in blocks:
+        units.append(fully_shard(block))
+    ignored = {p for p in backbone.parameters() if id(p) in head_ids}
+    units.append(fully_shard(backbone, ignored_params=ignored or None))
+    for unit in units:  # a plain SUM reduce-scatter (gloo has no PREMUL_SUM; NCCL takes either)
+        unit.set_gradient_divide_factor(1.0)
+        unit.set_force_sum_reduction_for_comms(True)
+
+
+def _is_dtensor(t: torch.Tensor) -> bool:
+    from torch.distributed.tensor import DTensor
+
+    return isinstance(t, DTensor)
+
+
+class ShardedLearner(Learner):
+    """A `Learner` on one rank of an initialised process group (see the module docstring)."""
+
+    def __init__(self, model: torch.nn.Module, train: TrainConfig, algo: AlgoConfig, temperature: float,
+                 pad_id: int, sharding: str = "auto", group: dist.ProcessGroup | None = None) -> None:
+        if not dist.is_initialized():
+            raise RuntimeError("ShardedLearner needs an initialised process group: call "
+                               "ulorl.distributed.init_process_group(...) or run under torchrun with "
+                               "torch.distributed.init_process_group()")
+        self.group, self.rank, self.world = group, dist.get_rank(group), dist.get_world_size(group)
+        self.sharding = resolve_sharding(sharding, train.device)
+        self.lockstep = self.sharding is ShardingName.FSDP2
+        self._comm_device = torch.device(train.device)
+        if self.lockstep:
+            apply_fsdp2(model)
+        super().__init__(model, train, algo, temperature, pad_id)
+        self._filler: Trajectory | None = None
+
+    # -- the update: whole-batch advantages, then this rank's shard --------------------------------
+    def update(self, trajs: list[Trajectory], version: int, loss_keep: list[bool] | None = None) -> dict[str, float]:
+        """Same contract as `Learner.update`; every rank must pass the same `trajs`."""
+        adv = self.advantages(trajs)
+        mine = shard_groups(trajs, self.world)[self.rank]
+        self._filler = trajs[0] if trajs else None
+        keep = [loss_keep[i] for i in mine] if loss_keep else None
+        m = self.update_on([trajs[i] for i in mine], adv[torch.tensor(mine, dtype=torch.long)], version, keep)
+        return {**m, **advantage_metrics(adv)}
+
+    def micro_batches(self, trajs: list[Trajectory], advantages: torch.Tensor, version: int,
+                      loss_keep: list[bool] | None) -> list[MicroBatch]:
+        mbs = super().micro_batches(trajs, advantages, version, loss_keep)
+        if not self.lockstep:
+            return mbs
+        n = int(self._reduce(torch.tensor([len(mbs)], dtype=torch.float64), dist.ReduceOp.MAX)[0])
+        if n > len(mbs) and self._filler is None:
+            raise ValueError("fsdp2: a rank has fewer micro-batches than another but no sample to pad with")
+        empty = lambda: make_micro_batches([self._filler], torch.zeros(1), version, self.pad_id,  # noqa: E731
+                                           self.train_cfg.micro_batch_tokens, loss_keep=[False])[0]
+        return mbs + [empty() for _ in range(n - len(mbs))]  # zero tokens: no loss, no gradient, same passes
+
+    # -- reductions over ranks -------------------------------------------------------------------
+    def _reduce(self, x: torch.Tensor, op=dist.ReduceOp.SUM) -> torch.Tensor:
+        y = x.to(self._comm_device).clone()
+        dist.all_reduce(y, op=op, group=self.group)
+        return y.cpu()
+
+    def _global_sum(self, x: torch.Tensor) -> torch.Tensor:
+        return self._reduce(x)
+
+    def _all_finite(self, finite: bool) -> bool:
+        return bool(self._reduce(torch.tensor([float(finite)]), dist.ReduceOp.MIN)[0] == 1.0)
+
+    def _sync_gradients(self) -> None:
+        """Sum the gradients of the parameters FSDP2 does not manage (all of them under `replicate`).
+
+        A parameter that got no gradient on any rank keeps `grad=None`, as in one process (AdamW skips it)."""
+        plain = [p for p in self.params if not _is_dtensor(p)]
+        has = self._reduce(torch.tensor([float(p.grad is not None) for p in plain]), dist.ReduceOp.MAX)
+        live = [p for p, h in zip(plain, has.tolist()) if h]
+        for p in live:
+            if p.grad is None:
+                p.grad = torch.zeros_like(p)
+        by_dtype: dict[torch.dtype, list[torch.nn.Parameter]] = {}
+        for p in live:
+            by_dtype.setdefault(p.grad.dtype, []).append(p)
+        for ps in by_dtype.values():
+            flat = torch.cat([p.grad.reshape(-1) for p in ps])
+            dist.all_reduce(flat, group=self.group)
+            for p, g in zip(ps, torch.split(flat, [p.numel() for p in ps])):
+                p.grad.copy_(g.view_as(p.grad))
+
+    def _grad_norm(self) -> float:
+        """Global gradient norm and clipping, the arithmetic of `torch.nn.utils.clip_grad_norm_`."""
+        if not self.lockstep:
+            return super()._grad_norm()  # every rank holds the whole summed gradient
+        grads = [p.grad for p in self.params if p.grad is not None]
+        sharded = [g.to_local() for g in grads if _is_dtensor(g)]
+        whole = [g for g in grads if not _is_dtensor(g)]
+        sq = torch.zeros(1, dtype=torch.float64)
+        sq += sum((g.detach().double().pow(2).sum().cpu() for g in sharded), torch.zeros(()))
+        sq = self._reduce(sq)
+        sq += sum((g.detach().double().pow(2).sum().cpu() for g in whole), torch.zeros(()))
+        norm = math.sqrt(float(sq[0]))
+        clip = self.train_cfg.grad_clip
+        if clip > 0 and math.isfinite(norm):
+            coef = min(clip / (norm + 1e-6), 1.0)
+            for g in sharded + whole:
+                g.mul_(coef)
+        return norm
+
+    def _merge_metrics(self, acc: dict[str, float]) -> dict[str, float]:
+        parts: list[dict] = [{} for _ in range(self.world)]
+        dist.all_gather_object(parts, acc, group=self.group)
+        out: dict[str, float] = {}
+        for part in parts:
+            for k, v in part.items():
+                out[k] = max(out.get(k, v), v) if k.endswith("_max") else out.get(k, 0.0) + v
+        return out
+
+    # -- state: whole tensors (collectives under fsdp2: call on every rank; rank 0 gets them) -----
+    def model_state_dict(self) -> dict[str, torch.Tensor]:
+        """The full model state dict on CPU (under fsdp2 on rank 0 only; other ranks get `{}`)."""
+        if not self.lockstep:
+            return {k: v.detach().cpu() for k, v in self.model.state_dict().items()}
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        return get_model_state_dict(self.model, options=StateDictOptions(full_state_dict=True, cpu_offload=True))
+
+    def state_dict(self) -> dict:
+        """`{"optimizer": ...}`: the one-process layout under replicate; under fsdp2 the full state keyed by
+        parameter name, on rank 0 only. `load_state_dict` wants it on every rank."""
+        if not self.lockstep:
+            return super().state_dict()
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        opts = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return {"optimizer": get_optimizer_state_dict(self.model, self.optimizer, options=opts)}
+
+    def load_state_dict(self, state: dict) -> None:
+        if not self.lockstep:
+            return super().load_state_dict(state)
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"],
+                                 options=StateDictOptions(full_state_dict=True))
