@@ -178,3 +178,32 @@ def test_split_sorted_fewest_micro_batches_then_least_padding():
         assert len(runs) == len(ref) and padded(lengths, runs) <= padded(lengths, ref)
     assert split_sorted([], 10) == [] and split_sorted([50, 5], 10) == [(0, 1), (1, 2)]
     assert split_sorted([10, 6, 6, 6], 20) == [(0, 1), (1, 4)]  # greedy: [10, 6], [6, 6] pads 32 tokens, not 28
+
+
+def _changed_fraction(model, before):
+    changed = sum(int((p.detach().float() != before[n].float()).sum()) for n, p in model.named_parameters())
+    return changed / sum(p.numel() for p in model.parameters())
+
+
+def test_autocast_keeps_float32_master_weights_where_bfloat16_weights_lose_small_updates(tiny_model_dir, batch):
+    # lr 1e-6 (the paper's): Adam moves every weight by ~1e-6, far below bfloat16's spacing near 0.02 (~1.2e-4)
+    def run(dtype, autocast):
+        model = load_model(tiny_model_dir).to(dtype)
+        ln = Learner(model, TrainConfig(lr=1e-6, autocast=autocast), AlgoConfig(entropy_mask="none"),
+                     temperature=0.85, pad_id=0)
+        with torch.no_grad():
+            lp_ref, _ = ln.forward(make_micro_batches(batch, torch.ones(4), 0, 0, 10_000)[0])
+        before = {n: p.detach().clone() for n, p in model.named_parameters()}
+        m = ln.update(batch, 0)
+        assert m["actor/skipped"] == 0.0
+        return _changed_fraction(model, before), lp_ref
+
+    mixed, lp_mixed = run(torch.float32, "bfloat16")
+    pure_bf16, _ = run(torch.bfloat16, "none")
+    _, lp_fp32 = run(torch.float32, "none")
+    assert mixed > 0.9  # float32 master weights take the update
+    assert pure_bf16 < 0.5  # most bfloat16 weights do not move at all
+    mask = make_micro_batches(batch, torch.ones(4), 0, 0, 10_000)[0].response_mask
+    assert lp_mixed.dtype == torch.float32  # the head runs in the weights' dtype
+    assert torch.allclose(lp_mixed[mask], lp_fp32[mask], atol=0.1)  # bf16 backbone: close, not equal
+    assert not torch.equal(lp_mixed[mask], lp_fp32[mask])  # and the backbone did run in bfloat16

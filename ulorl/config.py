@@ -161,11 +161,15 @@ class TrainConfig:
     eval_every: int = 0  # evaluate on the held-out split every N steps (0: only before/after)
     seed: int = 0
     device: str = "cpu"
+    # compute dtype of the learner's forward (none | bfloat16 | float16); weights, gradients and AdamW state
+    # stay in model.dtype: model.dtype=float32 + autocast=bfloat16 is mixed precision with fp32 master weights
+    autocast: str = "none"
 
     def __post_init__(self) -> None:
         for k in ("steps", "train_groups", "lr", "micro_batch_tokens", "logit_chunk", "max_rounds_per_step",
                   "max_bad_steps"):
             _positive(f"train.{k}", getattr(self, k))
+        _choice("train.autocast", self.autocast, ["none", "bfloat16", "float16"])
         _positive("train.grad_clip", self.grad_clip, allow_zero=True)
         _positive("train.eval_every", self.eval_every, allow_zero=True)
 

@@ -143,9 +143,13 @@ class Learner:
     # -- forward ---------------------------------------------------------------------------------
     def forward(self, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs (differentiable) and entropies (detached) of the response tokens, both `(b, T)`."""
-        hidden = self.model.base_model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
+        with self._autocast():
+            hidden = self.model.base_model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
         head = self.model.get_output_embeddings()
-        lp_flat, ent_flat = chunked_logprobs_entropy(hidden[mb.gather_rows, mb.gather_cols], head.weight,
+        hidden = hidden[mb.gather_rows, mb.gather_cols]
+        if hidden.dtype != head.weight.dtype:  # autocast: the head (and so the log-probs) in the weights' dtype
+            hidden = hidden.to(head.weight.dtype)
+        lp_flat, ent_flat = chunked_logprobs_entropy(hidden, head.weight,
                                                      mb.targets, self.temperature, self.train_cfg.logit_chunk,
                                                      bias=getattr(head, "bias", None))
         logprobs = torch.zeros(mb.response_mask.shape, dtype=lp_flat.dtype)
@@ -153,6 +157,12 @@ class Learner:
         logprobs = logprobs.index_put((mb.gather_rows, mb.target_cols), lp_flat)
         entropy[mb.gather_rows, mb.target_cols] = ent_flat
         return logprobs, entropy
+
+    def _autocast(self):
+        """`train.autocast`: the backbone's forward in a lower-precision compute dtype (no-op for "none")."""
+        name = self.train_cfg.autocast
+        return torch.autocast(torch.device(self.train_cfg.device).type, dtype=getattr(torch, name, None),
+                              enabled=name != "none")
 
     # -- one gradient update ---------------------------------------------------------------------
     def update(self, trajs: list[Trajectory], version: int, loss_keep: list[bool] | None = None) -> dict[str, float]:
