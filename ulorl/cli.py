@@ -1,4 +1,4 @@
-"""The `ulorl` command line: train | sft | eval | clean | plot | config.
+"""The `ulorl` command line: train | sft | eval | clean | plot | plan | config.
 
 Configuration follows verl's style: a YAML preset plus dotted overrides,
 `ulorl train --config configs/demo.yaml rollout.num_segments=4 algo.is_mode=sais`.
@@ -145,6 +145,15 @@ def build_parser() -> argparse.ArgumentParser:
                         description="Plot entropy, reward, lengths, mask ratio, pools, segments, step time.")
     add_plot_arguments(pl)
     pl.set_defaults(func=run_plot)
+
+    from ulorl.plan.cli import add_plan_arguments, run_plan
+
+    pn = sub.add_parser("plan", help="predict the time per step for each segment count M and recommend one",
+                        description="Simulate segment rollout (the real pools and rollout, lengths drawn from a "
+                        "distribution) and price it with a cost model: predicted step time, speedup, utilisation, "
+                        "re-prefill share and staleness for each M.")
+    add_plan_arguments(pn)
+    pn.set_defaults(func=run_plan)
 
     cf = sub.add_parser("config", help="print the resolved configuration", description="Print the resolved "
                         "config (preset + overrides) as YAML, validating every key.")

@@ -1,0 +1,211 @@
+"""The planner: simulation against hand-computed cases, cost fits, length sources, the `ulorl plan` CLI."""
+
+import json
+
+import numpy as np
+import pytest
+
+from ulorl.cli import main
+from ulorl.plan import (CostError, CostModel, LengthSpecError, Workload, fit_linear, fit_to_table, lengths_from_run,
+                        parse_lengths, predict, recommend, simulate, simulate_all)
+from ulorl.plan.simulate import choose_scale
+
+
+class Cycle:
+    """A deterministic 'distribution': groups of G lengths taken in order from `groups`, cycled."""
+
+    def __init__(self, groups):
+        self.groups, self.i = groups, 0
+
+    def sample_groups(self, n, G, rng):
+        out = [self.groups[(self.i + k) % len(self.groups)] for k in range(n)]
+        self.i += n
+        return np.array(out)
+
+
+def test_equal_lengths_fill_every_slot_and_gain_nothing():
+    # every answer is 40 tokens: a synchronous round wastes no slot, so segmenting cannot remove any waste.
+    # M=8 (segments of 20) needs two rounds per step of 64 rows, half of them continued: 2 x 20 = 40 iterations.
+    sims = simulate_all(Workload(parse_lengths("fixed:length=40"), 160, 8, 64, 8, steps=6, warmup=3),
+                        [1, 2, 4, 8], padded=True)
+    for m, r in sims.items():
+        assert r.utilisation == 1.0
+        assert r.counts["iterations"] == 40 and r.counts["row_iters"] == 64 * 40
+    assert sims[8].counts["rounds"] == 2 and sims[8].reprefill_share == pytest.approx(0.5)  # 32 rows x 20 / 2560
+    rows = predict(sims, CostModel(decode_fixed=1.0))
+    assert [r.speedup for r in rows] == [1.0, 1.0, 1.0, 1.0]
+
+
+def test_one_group_decode_batch_cannot_refill_freed_slots():
+    # G=2, decode batch 2, one group per update, each group = (5, 20) tokens, L=20.
+    # M=1: one round of 20 iterations; slots 2 x 20 = 40, useful 25 -> utilisation 0.625.
+    # M=2 (segments of 10): round 1 has both rows for 10 iterations (the 5 ends); round 2 only the continued row
+    # (no room for a whole new group: (2 - 1) // 2 = 0) for 10 more -> still 20 iterations per step;
+    # slots 2 x 10 + 1 x 10 = 30 -> utilisation 25/30; re-prefill 10 of 25 decoded tokens.
+    kw = dict(L=20, G=2, decode_batch=2, train_groups=1, steps=4, warmup=1)
+    m1 = simulate(Cycle([[5, 20]]), M=1, **kw)
+    m2 = simulate(Cycle([[5, 20]]), M=2, **kw)
+    assert (m1.counts["iterations"], m1.counts["row_iters"], m1.utilisation) == (20, 25, 0.625)
+    assert (m2.counts["iterations"], m2.counts["rounds"]) == (20, 2)
+    assert m2.utilisation == pytest.approx(25 / 30) and m2.reprefill_share == pytest.approx(10 / 25)
+
+
+def test_two_point_lengths_with_refill_keep_every_slot_busy():
+    # G=1, decode batch 2, two samples per update, lengths alternate 5, 20; L=20.
+    # M=1: each round = one 5 and one 20 -> 20 iterations per step, utilisation 25/40.
+    # M=4 (segments of 5): every row runs exactly 5 iterations per round (a 5 ends at 5, a 20 is cut at 5) and a
+    # freed slot is refilled by a new prompt, so utilisation is 1: 25 tokens per step = 12.5 iterations per step.
+    kw = dict(L=20, G=1, decode_batch=2, train_groups=2, steps=40, warmup=4)
+    m1 = simulate(Cycle([[5], [20]]), M=1, **kw)
+    m4 = simulate(Cycle([[5], [20]]), M=4, **kw)
+    assert (m1.counts["iterations"], m1.utilisation) == (20, 0.625)
+    assert m4.utilisation == 1.0
+    assert m4.counts["iterations"] == pytest.approx(12.5, abs=0.25)
+    assert m4.mean_staleness > 0  # a 20 spans several updates
+
+
+def test_counts_are_in_real_tokens_when_simulating_in_units():
+    assert choose_scale(160, 8, 256) == 1 and choose_scale(65536, 8, 256) == 256
+    # L=1024 at resolution 256 -> units of 4 tokens; a 400-token answer is 100 units = 400 tokens again
+    r = simulate(parse_lengths("fixed:length=400"), L=1024, M=4, G=2, decode_batch=4, train_groups=2, steps=3,
+                 warmup=1, resolution=256, prompt_len=10)
+    assert r.scale == 4
+    assert r.counts["row_iters"] == 4 * 400 and r.counts["trained_tokens"] == 4 * (10 + 400)
+    # two rounds per step: 4 fresh rows x 256 tokens, then the same 4 rows continued (padded prefix 10 + 256)
+    assert r.counts["rounds"] == 2 and r.counts["prefill_tokens"] == 4 * 10 + 4 * (10 + 256)
+    assert r.utilisation == 1.0
+
+
+def test_padded_engine_pays_for_the_longest_prefix():
+    # one continued row of 100 tokens next to fresh 10-token prompts: padded prefill is rows x 110
+    dist = Cycle([[50, 150]])
+    kw = dict(L=200, M=2, G=2, decode_batch=4, train_groups=1, steps=6, warmup=2, prompt_len=10)
+    pad, paged = simulate(dist, padded=True, **kw), simulate(Cycle([[50, 150]]), padded=False, **kw)
+    assert pad.counts["iterations"] == paged.counts["iterations"]
+    assert pad.counts["prefill_tokens"] > paged.counts["prefill_tokens"]
+    assert pad.counts["ctx_sum"] > paged.counts["ctx_sum"]
+
+
+def test_fit_recovers_known_coefficients():
+    true = CostModel(round_fixed=0.01, decode_fixed=0.005, decode_row=2e-4, decode_ctx=1e-6, update_fixed=0.3)
+    rng = np.random.default_rng(0)
+    rows = [{"rounds": rng.integers(1, 4), "iterations": rng.integers(20, 200), "row_iters": rng.integers(100, 5000),
+             "ctx_sum": rng.integers(1e4, 1e6), "updates": 1} for _ in range(12)]
+    times = [true.time(r) for r in rows]
+    free = ["round_fixed", "decode_fixed", "decode_row", "decode_ctx", "update_fixed"]
+    got = fit_linear(rows, times, free)
+    for f in free:
+        assert getattr(got, f) == pytest.approx(getattr(true, f), rel=1e-6)
+    # a coefficient that does not matter and would come out negative under noise is clamped to zero
+    noisy = fit_linear(rows, [t * (1 + 0.01 * rng.standard_normal()) for t in times], free + ["prefill_token"])
+    assert all(getattr(noisy, f) >= 0 for f in free + ["prefill_token"])
+
+
+def test_fit_to_table_recovers_decode_and_update_costs():
+    w = Workload(parse_lengths("lognormal:median=400,sigma=0.8"), 2048, 8, 64, 8, steps=6, warmup=3)
+    sims = simulate_all(w, [1, 2, 4], padded=False)
+    true = CostModel(decode_fixed=0.02, update_fixed=5.0, padded=False)
+    table = {m: true.time(sims[m].counts) for m in (1, 2)}
+    got = fit_to_table(sims, table, ["decode_fixed", "update_fixed"], CostModel(padded=False))
+    assert got.decode_fixed == pytest.approx(0.02) and got.update_fixed == pytest.approx(5.0)
+    rows = predict(sims, got)
+    assert rows[2].step_s == pytest.approx(true.time(sims[4].counts))
+    assert recommend(rows, tolerance=0.0) == min(rows, key=lambda r: r.step_s).M
+
+
+def test_recommend_prefers_the_smallest_m_within_tolerance():
+    from ulorl.plan import PlanRow
+
+    rows = [PlanRow(m, t, 1.0, 1, 0, 0, 1, 1, {}) for m, t in ((1, 10.0), (2, 6.1), (4, 6.0), (8, 5.9))]
+    assert recommend(rows, 0.05) == 2 and recommend(rows, 0.0) == 8
+
+
+def write_run(tmp_path, n_groups=12):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "config.yaml").write_text("rollout:\n  max_response_len: 160\n  decode_batch: 32\n  group_size: 4\n"
+                                     "train:\n  train_groups: 4\n")
+    recs = []
+    for g in range(n_groups):
+        for k in range(4):
+            recs.append({"sample_id": f"g{g}/{k}", "group_id": f"g{g}", "step": 1, "response_length": 5 + 30 * k + g,
+                         "status": "dropped" if g % 4 == 0 else "trained"})
+    (run / "samples.jsonl").write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    return run
+
+
+def test_lengths_from_run_keeps_groups_and_reads_settings(tmp_path):
+    dist = lengths_from_run(write_run(tmp_path))
+    assert dist.kind == "empirical" and len(dist.groups) == 12 and dist.groups[0] == [5, 35, 65, 95]
+    x = dist.sample_groups(50, 4, np.random.default_rng(0))
+    assert all(list(row) in dist.groups for row in x.tolist())  # whole groups, never mixed
+
+
+def test_lengths_from_metrics_only(tmp_path):
+    run = tmp_path / "m"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text("\n".join(json.dumps({"response_length/mean": 20.0, "response_length/max": 120.0,
+                                                            "actor/response_tokens": 1280.0}) for _ in range(3)))
+    d = lengths_from_run(run)
+    assert d.kind == "lognormal" and d.params["sigma"] > 0.5
+    assert np.mean(d.sample_groups(4000, 8, np.random.default_rng(0))) == pytest.approx(20.0, rel=0.1)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    with pytest.raises(LengthSpecError, match="no finished samples"):
+        lengths_from_run(empty)
+
+
+def test_cli_plans_from_a_run_folder(tmp_path, capsys):
+    run = write_run(tmp_path)
+    cost = tmp_path / "cost.json"
+    CostModel(decode_fixed=0.008, decode_row=1e-4, prefill_token=7e-5, update_fixed=0.5).save(cost)
+    assert main(["plan", "--lengths-from", str(run), "--cost", str(cost), "--segments", "1,2,4", "--steps", "4",
+                 "--warmup", "2"]) == 0
+    out = capsys.readouterr().out
+    assert "L=160  G=4  decode batch=32  train groups=4" in out and "drop rate=0.25" in out
+    table = [ln for ln in out.splitlines() if ln.strip().startswith(("1 ", "2 ", "4 "))]
+    assert "recommended: M=" in out and len(table) == 3
+    assert main(["plan", "--lengths", "lognormal:median=30,sigma=0.8", "--max-len", "160", "--segments", "1,2",
+                 "--fit-table", "1=2.0,2=1.5", "--steps", "4", "--warmup", "2", "--json",
+                 "--save-cost", str(tmp_path / "fit.json")]) == 0
+    res = json.loads(capsys.readouterr().out)
+    assert [r["step_s"] for r in res["rows"]] == pytest.approx([2.0, 1.5], rel=1e-6)
+    assert CostModel.load(tmp_path / "fit.json").decode_fixed > 0
+
+
+@pytest.mark.parametrize("argv, field", [
+    (["--lengths", "lognormal:median=10", "--max-len", "160"], "sigma"),
+    (["--lengths", "lognormal:median=-1,sigma=1", "--max-len", "160"], "median"),
+    (["--lengths", "weibull:k=1", "--max-len", "160"], "weibull"),
+    (["--lengths", "pareto:alpha=1.1,min=4,mx=9", "--max-len", "160"], "mx"),
+    (["--lengths", "fixed:length=10"], "--max-len"),
+    (["--lengths", "fixed:length=10", "--max-len", "160", "--segments", "1,3"], "--segments"),
+    (["--lengths", "fixed:length=10", "--max-len", "160", "--fit-table", "1=abc"], "--fit-table"),
+    (["--lengths", "fixed:length=10", "--max-len", "160", "--fit-table", "1=2", "--fit-free", "speed"], "speed"),
+    (["--lengths", "fixed:length=10", "--max-len", "160", "--prompt-len", "0", "--fit-table", "1=2"], "prompt-len"),
+    (["--lengths", "fixed:length=10", "--max-len", "160"], "--cost"),
+])
+def test_cli_bad_input_names_the_field(argv, field, capsys):
+    assert main(["plan", *argv, "--steps", "2", "--warmup", "1"]) == 2
+    assert field in capsys.readouterr().err
+
+
+def test_cost_file_errors_name_the_field(tmp_path):
+    p = tmp_path / "c.json"
+    p.write_text(json.dumps({"decode_fixed": 0.1, "decode_speed": 2}))
+    with pytest.raises(CostError, match="decode_speed"):
+        CostModel.load(p)
+    p.write_text(json.dumps({"update_fixed": -1}))
+    with pytest.raises(CostError, match="update_fixed"):
+        CostModel.load(p)
+
+
+def test_calibration_measures_the_engine(tiny_model_dir):
+    from ulorl.models import load_model, load_tokenizer
+    from ulorl.plan.calibrate import fit_engine, measure_engine
+
+    tok, model = load_tokenizer(tiny_model_dir), load_model(tiny_model_dir)
+    rows = measure_engine(model, tok.pad_token_id, batches=(1, 4), contexts=(8, 16), new_tokens=3, repeats=1)
+    assert len(rows) == 4 and all(r["prefill_s"] > 0 and r["iter_s"] >= 0 for r in rows)
+    cost = fit_engine(rows)
+    assert cost.decode_fixed + cost.decode_row > 0 and cost.padded

@@ -1,0 +1,173 @@
+"""`ulorl plan`: predict the time per step of segment rollout for each M, and recommend one.
+
+    ulorl plan --lengths-from runs/demo --calibrate
+    ulorl plan --lengths lognormal:median=16384,sigma=0.82 --max-len 65536 --decode-batch 1024 \
+        --train-groups 128 --paged --fit-table 1=1240,2=774
+
+Length distribution: `--lengths-from RUN_DIR` (its samples.jsonl, resampled by whole groups; settings default to
+the run's config.yaml) or `--lengths SPEC` (see `ulorl.plan.lengths`). Cost model: `--cost FILE.json`,
+`--calibrate` (measure this machine with the built-in model, ~1-2 min), or `--fit-table M=seconds,...` (fit the
+`--fit-free` fields to measured step times, the others from `--cost` or zero).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from ulorl.plan.cost import FEATURES, CostError, CostModel
+from ulorl.plan.lengths import LengthSpecError, lengths_from_run, parse_lengths
+from ulorl.plan.planner import Workload, fit_to_table, format_table, predict, recommend, simulate_all
+
+
+class PlanError(ValueError):
+    """Bad `ulorl plan` input; the message names the option or field."""
+
+
+def add_plan_arguments(p: argparse.ArgumentParser) -> None:
+    src = p.add_mutually_exclusive_group(required=True)
+    src.add_argument("--lengths-from", metavar="RUN_DIR", help="a run folder: response lengths from samples.jsonl")
+    src.add_argument("--lengths", metavar="SPEC", help="lognormal:median=..,sigma=..[,max=..,rho=..] | "
+                     "pareto:alpha=..,min=..[,max=..] | twopoint:short=..,long=..,p_long=.. | fixed:length=..")
+    p.add_argument("--max-len", type=int, default=None, help="global cap L (default: the run's, else required)")
+    p.add_argument("--segments", default="1,2,4,8", help="M values to compare (default 1,2,4,8)")
+    p.add_argument("--decode-batch", type=int, default=None, help="rows per rollout round (default: run's, else 64)")
+    p.add_argument("--group-size", type=int, default=None, help="G (default: run's, else 8)")
+    p.add_argument("--train-groups", type=int, default=None, help="groups per update (default: run's, else 8)")
+    p.add_argument("--prompt-len", type=int, default=32, help="prompt tokens per sample (default 32)")
+    p.add_argument("--drop-rate", type=float, default=None,
+                   help="share of groups dropped by dynamic sampling (default: the run's, else 0)")
+    cost = p.add_argument_group("cost model")
+    cost.add_argument("--cost", metavar="FILE", help="cost model JSON (fields of ulorl.plan.cost.CostModel)")
+    cost.add_argument("--calibrate", action="store_true", help="measure this machine with the built-in model")
+    cost.add_argument("--fit-table", metavar="M=S,...", help="fit --fit-free fields to measured step seconds, "
+                      "e.g. 1=1240,2=774")
+    cost.add_argument("--fit-free", default="decode_fixed,update_fixed",
+                      help=f"fields --fit-table fits (default decode_fixed,update_fixed; any of "
+                      f"{', '.join(FEATURES.values())})")
+    cost.add_argument("--paged", action="store_true", help="unpadded prefill and contexts (vLLM-style engine)")
+    cost.add_argument("--save-cost", metavar="FILE", help="write the cost model used")
+    sim = p.add_argument_group("simulation")
+    sim.add_argument("--steps", type=int, default=30, help="simulated steps measured (default 30)")
+    sim.add_argument("--warmup", type=int, default=8, help="simulated steps before measuring (default 8)")
+    sim.add_argument("--resolution", type=int, default=256, help="simulation units per L (default 256)")
+    sim.add_argument("--seed", type=int, default=0)
+    sim.add_argument("--tolerance", type=float, default=0.05,
+                     help="recommend the smallest M within this fraction of the fastest (default 0.05)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+
+
+def _run_settings(run_dir: Path) -> dict:
+    """rollout/train settings and the dynamic-sampling drop rate of a run folder (what exists of them)."""
+    out: dict = {}
+    cfg = run_dir / "config.yaml"
+    if cfg.exists():
+        import yaml
+
+        d = yaml.safe_load(cfg.read_text()) or {}
+        r, t = d.get("rollout", {}) or {}, d.get("train", {}) or {}
+        out.update({k: v for k, v in {"max_len": r.get("max_response_len"), "decode_batch": r.get("decode_batch"),
+                                       "group_size": r.get("group_size"),
+                                       "train_groups": t.get("train_groups")}.items() if v is not None})
+    samples = run_dir / "samples.jsonl"
+    if samples.exists():
+        status: dict[str, str] = {}
+        for line in samples.read_text().splitlines():
+            rec = json.loads(line) if line.strip() else {}
+            if rec.get("status") in ("trained", "dropped"):
+                status[str(rec.get("group_id"))] = rec["status"]
+        if status:
+            out["drop_rate"] = sum(s == "dropped" for s in status.values()) / len(status)
+    return out
+
+
+def _parse_table(text: str) -> dict[int, float]:
+    table = {}
+    for item in filter(None, (s.strip() for s in text.split(","))):
+        m, eq, sec = item.partition("=")
+        try:
+            table[int(m.strip().lstrip("Mm"))] = float(sec)
+        except ValueError:
+            raise PlanError(f"--fit-table: {item!r} is not M=seconds (e.g. 1=1240)") from None
+        if not eq or table[int(m.strip().lstrip("Mm"))] <= 0:
+            raise PlanError(f"--fit-table: {item!r} needs a positive number of seconds")
+    if not table:
+        raise PlanError("--fit-table is empty")
+    return table
+
+
+def build_workload(args) -> tuple[Workload, str]:
+    defaults: dict = {"decode_batch": 64, "group_size": 8, "train_groups": 8, "drop_rate": 0.0}
+    if args.lengths_from:
+        dist = lengths_from_run(args.lengths_from)
+        defaults.update(_run_settings(Path(args.lengths_from)))
+    else:
+        dist = parse_lengths(args.lengths)
+    vals = {k: getattr(args, k) if getattr(args, k) is not None else defaults.get(k)
+            for k in ("max_len", "decode_batch", "group_size", "train_groups", "drop_rate")}
+    if vals["max_len"] is None:
+        raise PlanError("--max-len is required with --lengths (a run folder's config.yaml provides it)")
+    for k in ("max_len", "decode_batch", "group_size", "train_groups"):
+        if vals[k] < 1:
+            raise PlanError(f"--{k.replace('_', '-')}={vals[k]} must be >= 1")
+    if not 0 <= vals["drop_rate"] < 1:
+        raise PlanError(f"--drop-rate={vals['drop_rate']} must be in [0, 1)")
+    try:
+        w = Workload(dist, vals["max_len"], vals["group_size"], vals["decode_batch"], vals["train_groups"],
+                     args.prompt_len, vals["drop_rate"], args.steps, args.warmup, args.seed, args.resolution)
+    except ValueError as e:
+        raise PlanError(f"--{str(e).split('=')[0].replace('_', '-')}: {e}") from None
+    return w, dist.describe()
+
+
+def run_plan(args) -> int:
+    try:
+        w, described = build_workload(args)
+        try:
+            segments = [int(x) for x in args.segments.split(",") if x.strip()]
+        except ValueError:
+            raise PlanError(f"--segments {args.segments!r}: expected integers like 1,2,4,8") from None
+        bad = [m for m in segments if m < 1 or w.max_len % m]
+        if not segments or bad:
+            raise PlanError(f"--segments: {bad or 'none'} must be >= 1 and divide --max-len {w.max_len}")
+        table = _parse_table(args.fit_table) if args.fit_table else None
+        free = [f.strip() for f in args.fit_free.split(",") if f.strip()]
+        if table:
+            unknown = [f for f in free if f not in FEATURES.values()]
+            if unknown or not free:
+                raise PlanError(f"--fit-free: {unknown or 'none'} not fittable; choose from "
+                                f"{', '.join(FEATURES.values())}")
+            if set(table) - set(segments):
+                raise PlanError(f"--fit-table: M={sorted(set(table) - set(segments))} not in --segments {segments}")
+        cost = CostModel.load(args.cost) if args.cost else CostModel()
+        if not (args.cost or args.calibrate or table):
+            raise PlanError("give a cost model: --cost FILE, --calibrate or --fit-table M=seconds,...")
+        if args.calibrate:
+            from ulorl.plan.calibrate import calibrate_builtin
+
+            print("calibrating on this machine with the built-in model ...", file=sys.stderr, flush=True)
+            cost, _ = calibrate_builtin(quick=True)
+        if args.paged:
+            cost.padded = False
+        sims = simulate_all(w, segments, cost.padded)
+        if table:
+            cost = fit_to_table(sims, table, free, cost)
+    except (PlanError, CostError, LengthSpecError) as e:
+        print(f"ulorl plan: error: {e}", file=sys.stderr)
+        return 2
+    if args.save_cost:
+        cost.save(args.save_cost)
+    rows = predict(sims, cost)
+    rec = recommend(rows, args.tolerance)
+    if args.json:
+        print(json.dumps({"lengths": described, "workload": {k: v for k, v in vars(w).items() if k != "lengths"},
+                          "cost": cost.to_dict(), "rows": [r.to_dict() for r in rows], "recommended": rec}))
+        return 0
+    print(f"lengths: {described}\nL={w.max_len}  G={w.group_size}  decode batch={w.decode_batch}  "
+          f"train groups={w.train_groups}  prompt={w.prompt_len}  drop rate={w.drop_rate:.2f}  "
+          f"engine={'padded (HF)' if cost.padded else 'paged'}")
+    print(format_table(rows, rec))
+    print(f"recommended: M={rec} (smallest M within {args.tolerance:.0%} of the fastest predicted step)")
+    return 0

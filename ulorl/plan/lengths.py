@@ -1,0 +1,161 @@
+"""Response-length distributions for the planner: parametric, or read from a run folder.
+
+A distribution draws *groups* (G answers to one prompt), because lengths within a
+group are correlated (same problem) and a group is trainable only when its longest
+member is done. Parametric forms draw members independently unless `rho` > 0
+(lognormal: share of the log-variance common to the group). A run folder is
+resampled by whole groups, which keeps the correlation it had.
+
+Spec strings (`--lengths`):
+    lognormal:median=16000,sigma=0.82[,max=N][,rho=0.3]
+    pareto:alpha=1.1,min=20[,max=N]
+    twopoint:short=20,long=100,p_long=0.25
+    fixed:length=40
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from statistics import NormalDist
+
+import numpy as np
+
+FINISHED_STATUSES = ("trained", "dropped", "skipped")
+
+
+class LengthSpecError(ValueError):
+    """A length specification or run folder that cannot be used; the message names the field."""
+
+
+@dataclass
+class LengthDistribution:
+    kind: str  # lognormal | pareto | twopoint | fixed | empirical
+    params: dict[str, float] = field(default_factory=dict)
+    groups: list[list[int]] | None = None  # empirical: observed groups of lengths
+    source: str = ""  # where it came from, for reports
+
+    def sample_groups(self, n: int, G: int, rng: np.random.Generator) -> np.ndarray:
+        """`(n, G)` int lengths >= 1."""
+        p = self.params
+        if self.kind == "fixed":
+            x = np.full((n, G), p["length"])
+        elif self.kind == "twopoint":
+            x = np.where(rng.random((n, G)) < p["p_long"], p["long"], p["short"])
+        elif self.kind == "pareto":
+            x = p["min"] * (1.0 - rng.random((n, G))) ** (-1.0 / p["alpha"])
+        elif self.kind == "lognormal":
+            rho = p.get("rho", 0.0)
+            z = math.sqrt(rho) * rng.standard_normal((n, 1)) + math.sqrt(1 - rho) * rng.standard_normal((n, G))
+            x = p["median"] * np.exp(p["sigma"] * z)
+        elif self.kind == "empirical":
+            same = [g for g in self.groups if len(g) == G]
+            if same:
+                x = np.array([same[i] for i in rng.integers(0, len(same), n)])
+            else:  # the run used another group size: members drawn independently from all its lengths
+                flat = np.array([v for g in self.groups for v in g])
+                x = flat[rng.integers(0, len(flat), (n, G))]
+        else:
+            raise LengthSpecError(f"unknown length distribution {self.kind!r}")
+        if "max" in p:
+            x = np.minimum(x, p["max"])
+        return np.maximum(np.rint(x), 1).astype(np.int64)
+
+    def describe(self) -> str:
+        if self.kind == "empirical":
+            flat = [v for g in self.groups for v in g]
+            return (f"empirical ({len(self.groups)} groups from {self.source}; mean {np.mean(flat):.1f}, "
+                    f"p50 {np.median(flat):.0f}, max {max(flat)})")
+        return f"{self.kind}(" + ", ".join(f"{k}={v:g}" for k, v in self.params.items()) + ")" + (
+            f" from {self.source}" if self.source else "")
+
+
+_REQUIRED = {"lognormal": ("median", "sigma"), "pareto": ("alpha", "min"), "twopoint": ("short", "long", "p_long"),
+             "fixed": ("length",)}
+_OPTIONAL = {"lognormal": ("max", "rho"), "pareto": ("max",), "twopoint": (), "fixed": ()}
+
+
+def parse_lengths(spec: str) -> LengthDistribution:
+    """`kind:key=value,...` (see the module docstring) -> LengthDistribution."""
+    kind, _, rest = spec.partition(":")
+    kind = kind.strip()
+    if kind not in _REQUIRED:
+        raise LengthSpecError(f"--lengths {spec!r}: unknown kind {kind!r}; choose one of {sorted(_REQUIRED)}")
+    params: dict[str, float] = {}
+    for item in filter(None, (s.strip() for s in rest.split(","))):
+        key, eq, val = item.partition("=")
+        if not eq:
+            raise LengthSpecError(f"--lengths {spec!r}: {item!r} is not key=value")
+        if key not in _REQUIRED[kind] + _OPTIONAL[kind]:
+            raise LengthSpecError(f"--lengths {kind}: unknown field {key!r}; valid: "
+                                  f"{list(_REQUIRED[kind] + _OPTIONAL[kind])}")
+        try:
+            params[key] = float(val)
+        except ValueError:
+            raise LengthSpecError(f"--lengths {kind}: field {key}={val!r} is not a number") from None
+    missing = [k for k in _REQUIRED[kind] if k not in params]
+    if missing:
+        raise LengthSpecError(f"--lengths {kind}: missing field(s) {missing}")
+    _check(kind, params)
+    return LengthDistribution(kind, params)
+
+
+def _check(kind: str, p: dict[str, float]) -> None:
+    positive = {"median", "sigma", "alpha", "min", "max", "short", "long", "length"}
+    for k, v in p.items():
+        if k in positive and not v > 0:
+            raise LengthSpecError(f"--lengths {kind}: field {k}={v:g} must be > 0")
+    for k in ("p_long", "rho"):
+        if k in p and not 0 <= p[k] <= 1:
+            raise LengthSpecError(f"--lengths {kind}: field {k}={p[k]:g} must be in [0, 1]")
+
+
+def lengths_from_run(run_dir: str | Path) -> LengthDistribution:
+    """Finished groups' response lengths from `samples.jsonl`; without it, a lognormal matched to metrics.jsonl."""
+    run = Path(run_dir)
+    if not run.is_dir():
+        raise LengthSpecError(f"--lengths-from {run}: not a folder")
+    samples = run / "samples.jsonl"
+    if samples.exists():
+        groups: dict[str, list[int]] = {}
+        for i, line in enumerate(samples.read_text().splitlines(), 1):
+            if not line.strip():
+                continue
+            try:
+                rec = json.loads(line)
+                if rec.get("status") in FINISHED_STATUSES:
+                    groups.setdefault(str(rec["group_id"]), []).append(int(rec["response_length"]))
+            except (json.JSONDecodeError, KeyError, TypeError, ValueError) as e:
+                raise LengthSpecError(f"{samples}:{i}: unreadable record (needs group_id, response_length, "
+                                      f"status): {e}") from None
+        if groups:
+            return LengthDistribution("empirical", groups=list(groups.values()), source=str(samples))
+    metrics = run / "metrics.jsonl"
+    if metrics.exists():
+        return _lognormal_from_metrics(metrics)
+    raise LengthSpecError(f"--lengths-from {run}: no finished samples in samples.jsonl and no metrics.jsonl")
+
+
+def _lognormal_from_metrics(path: Path) -> LengthDistribution:
+    """Lognormal whose mean is the runs' mean length and whose expected batch maximum is the logged maximum."""
+    means, maxes, sizes = [], [], []
+    for i, line in enumerate(path.read_text().splitlines(), 1):
+        rec = json.loads(line) if line.strip() else {}
+        if "response_length/mean" in rec and "response_length/max" in rec:
+            means.append(float(rec["response_length/mean"]))
+            maxes.append(float(rec["response_length/max"]))
+            sizes.append(float(rec.get("actor/response_tokens", 0)) / max(means[-1], 1e-9))
+    if not means:
+        raise LengthSpecError(f"{path}: no step with response_length/mean and response_length/max")
+    mean, mx = float(np.mean(means)), float(np.mean(maxes))
+    n = max(float(np.mean(sizes)) if any(sizes) else 64.0, 2.0)
+    # max of n draws ~ the (1 - 1/n) quantile: ln(max/mean) = sigma * z - sigma^2 / 2
+    z = NormalDist().inv_cdf(1 - 1 / n)
+    r = math.log(max(mx / mean, 1.0 + 1e-6))
+    disc = z * z - 2 * r
+    sigma = z - math.sqrt(disc) if disc > 0 else z
+    median = mean * math.exp(-sigma * sigma / 2)
+    return LengthDistribution("lognormal", {"median": median, "sigma": sigma}, source=f"{path} (mean and max)")
+

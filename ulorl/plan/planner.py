@@ -1,0 +1,107 @@
+"""The planner: simulated counts x cost model -> predicted time per step for each M, and a recommendation.
+
+The recommendation is the *smallest* M whose predicted step time is within
+`tolerance` (default 5%) of the fastest: a larger M means staler segments (POIS
+trains them with the current policy as pi_old), so it must pay for itself.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ulorl.plan.cost import CostModel, fit_linear
+from ulorl.plan.lengths import LengthDistribution
+from ulorl.plan.simulate import SimResult, simulate
+
+
+@dataclass
+class Workload:
+    """What is simulated: the length distribution and the rollout/train batch settings."""
+
+    lengths: LengthDistribution
+    max_len: int  # L
+    group_size: int = 8  # G
+    decode_batch: int = 64
+    train_groups: int = 8
+    prompt_len: int = 32
+    drop_rate: float = 0.0  # share of complete groups dropped by dynamic sampling
+    steps: int = 30
+    warmup: int = 8
+    seed: int = 0
+    resolution: int = 256  # at most this many simulation units per L (token-exact when L <= resolution)
+
+    def __post_init__(self) -> None:
+        for k in ("max_len", "group_size", "decode_batch", "train_groups", "steps", "resolution"):
+            if getattr(self, k) < 1:
+                raise ValueError(f"{k}={getattr(self, k)} must be >= 1")
+        if self.prompt_len < 1:
+            raise ValueError(f"prompt_len={self.prompt_len} must be >= 1")
+        if self.warmup < 0:
+            raise ValueError(f"warmup={self.warmup} must be >= 0")
+
+
+@dataclass
+class PlanRow:
+    M: int
+    step_s: float
+    speedup: float
+    utilisation: float
+    reprefill_share: float
+    staleness: float
+    rounds: float  # per step
+    iterations: float  # decode iterations per step
+    phases: dict[str, float]  # predicted seconds per phase
+
+    def to_dict(self) -> dict:
+        return {"M": self.M, "step_s": self.step_s, "speedup": self.speedup, "utilisation": self.utilisation,
+                "reprefill_share": self.reprefill_share, "staleness": self.staleness, "rounds": self.rounds,
+                "iterations": self.iterations, "phases": self.phases}
+
+
+def simulate_all(w: Workload, segments: list[int], padded: bool) -> dict[int, SimResult]:
+    bad = [m for m in segments if m < 1 or w.max_len % m]
+    if bad:
+        raise ValueError(f"segments {bad} must be >= 1 and divide max_len={w.max_len}")
+    return {m: simulate(w.lengths, L=w.max_len, M=m, G=w.group_size, decode_batch=w.decode_batch,
+                        train_groups=w.train_groups, steps=w.steps, warmup=w.warmup, seed=w.seed,
+                        prompt_len=w.prompt_len, drop_rate=w.drop_rate, padded=padded, resolution=w.resolution)
+            for m in segments}
+
+
+def predict(sims: dict[int, SimResult], cost: CostModel) -> list[PlanRow]:
+    base = cost.time(sims[min(sims)].counts)
+    rows = []
+    for m, r in sorted(sims.items()):
+        t = cost.time(r.counts)
+        rows.append(PlanRow(M=m, step_s=t, speedup=base / t if t > 0 else float("nan"), utilisation=r.utilisation,
+                            reprefill_share=r.reprefill_share, staleness=r.mean_staleness, rounds=r.counts["rounds"],
+                            iterations=r.counts["iterations"], phases=cost.phases(r.counts)))
+    return rows
+
+
+def recommend(rows: list[PlanRow], tolerance: float = 0.05) -> int:
+    best = min(r.step_s for r in rows)
+    return min(r.M for r in rows if r.step_s <= best * (1 + tolerance))
+
+
+def fit_to_table(sims: dict[int, SimResult], table: dict[int, float], free: list[str],
+                 base: CostModel | None = None) -> CostModel:
+    """Fit the `free` cost fields so that the simulated counts reproduce measured step times `table` (M -> s)."""
+    missing = [m for m in table if m not in sims]
+    if missing:
+        raise ValueError(f"--fit-table names M={missing}, which is not among the simulated segments {sorted(sims)}")
+    ms = sorted(table)
+    return fit_linear([sims[m].counts for m in ms], [table[m] for m in ms], free, base=base)
+
+
+def format_table(rows: list[PlanRow], rec: int | None = None) -> str:
+    head = (f"{'M':>3} {'step s':>10} {'speedup':>8} {'util':>6} {'re-prefill':>10} {'staleness':>9} "
+            f"{'rounds':>7} {'iters':>9}   prefill / decode / reward / update (s)")
+    lines = [head]
+    for r in rows:
+        p = r.phases
+        lines.append(f"{r.M:>3} {r.step_s:>10.4g} {r.speedup:>7.2f}x {r.utilisation:>6.2f} {r.reprefill_share:>10.2f} "
+                     f"{r.staleness:>9.2f} {r.rounds:>7.2f} {r.iterations:>9.0f}   {p['prefill']:.3g} / "
+                     f"{p['decode']:.3g} / {p['reward']:.3g} / {p['update']:.3g}" + ("   <- recommended" if r.M == rec
+                                                                                      else ""))
+    return "\n".join(lines)
