@@ -20,15 +20,14 @@ The last line printed is one JSON object: the grid, the fitted `cost` (a `ulorl 
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
+
+from benchlib import emit, machine  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 
 def main() -> int:
@@ -78,14 +77,10 @@ def main() -> int:
               f"{1e3 * r['prefill_s']:>10.1f} {1e3 * r['prefill_fit_s']:>7.1f}", file=sys.stderr)
     result = {"cost": cost.to_dict(), "median_rel_fit_error": err, "engine": eng, "update": upd,
               "clock": args.clock, "load_avg": [load0, os.getloadavg()[0]], "seconds": time.perf_counter() - t0,
-              "machine": {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-                          "torch": torch.__version__, "threads": torch.get_num_threads()}}
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1))
+              "machine": machine()}
     if args.cost_out:
         cost.save(args.cost_out)
-    print(json.dumps(result))
-    return 0
+    return emit(result, args.out)
 
 
 if __name__ == "__main__":

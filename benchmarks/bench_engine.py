@@ -22,15 +22,15 @@ The last line printed is one JSON object with at least `ratio` (engine / generat
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import statistics
 import sys
 import time
 from pathlib import Path
 
 import torch
+
+from benchlib import emit, machine  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -129,16 +129,11 @@ def main() -> int:
         "variants": per,
         "batch": {"prompts": B, "prompt_len_max": P, "prompt_len_mean": statistics.mean(len(x) for x in prefixes),
                   "max_new_tokens": N, "vocab": V},
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-                    "threads": torch.get_num_threads(), "loadavg_before": load_before,
-                    "loadavg_after": os.getloadavg()},
+        "machine": machine(load_before),
         "elapsed_s": time.perf_counter() - t0,
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
     }
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1))
-    print(json.dumps(result))
-    return 0
+    return emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -28,10 +28,8 @@ The last line printed is one JSON object with at least `overhead` (paired CPU-ti
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
-import platform
 import statistics
 import sys
 import time
@@ -40,6 +38,8 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
+
+from benchlib import emit, machine  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -324,16 +324,11 @@ def main() -> int:
         "batch": {"samples": len(trajs), "response_mean": statistics.mean(resp),
                   "response_median": statistics.median(resp), "response_max": max(resp),
                   "prompt_mean": statistics.mean(len(t.prompt_tokens) for t in trajs)},
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-                    "threads": torch.get_num_threads(), "loadavg_before": load_before,
-                    "loadavg_after": os.getloadavg()},
+        "machine": machine(load_before),
         "elapsed_s": time.perf_counter() - t0,
         "settings": {k: v for k, v in vars(args).items() if k != "out"},
     }
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1))
-    print(json.dumps(result))
-    return 0
+    return emit(result, args.out)
 
 
 if __name__ == "__main__":

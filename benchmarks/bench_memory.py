@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import resource
 import subprocess
 import sys
@@ -35,6 +34,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from benchlib import emit, machine  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -209,17 +210,13 @@ def main() -> int:
         "logits_copy_mib": {str(T): 4 * T * args.vocab / 2**20 for T in lengths},
         "targets": {"chunked_over_naive_max": 0.25},
         "runs": runs,
-        "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "torch": torch.__version__,
-                    "loadavg_before": load_before, "loadavg_after": os.getloadavg()},
+        "machine": machine(load_before),
         "elapsed_s": time.perf_counter() - t0,
         "settings": {k: v for k, v in vars(args).items() if k not in ("out", "plot", "child", "variant", "T")},
     }
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1))
     if args.plot:
         plot(result, Path(args.plot))
-    print(json.dumps(result))
-    return 0
+    return emit(result, args.out)
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ import json
 import sys
 from pathlib import Path
 
+from benchlib import emit  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+
 PAPER = {1: 1240.0, 2: 774.0, 4: 601.0}
 COUNT_KEYS = ("rounds", "iterations", "row_iters", "prefill_tokens", "ctx_sum")
 
@@ -264,10 +266,7 @@ def main() -> int:
               "max_abs_err_B": max(abs(r["err_B"]) for r in cal["rows"]),
               "paper_main_M4_s": pap["rows"][0]["pred_s"][4],
               "paper_main_M8_s": pap["rows"][0]["pred_s"][8]}
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1))
-    print(json.dumps(result))
-    return 0
+    return emit(result, args.out)
 
 
 if __name__ == "__main__":

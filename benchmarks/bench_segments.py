@@ -35,6 +35,8 @@ from pathlib import Path
 
 import torch
 
+from benchlib import write_result  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 
@@ -237,8 +239,7 @@ def main() -> int:
               "clock": args.clock, "load_avg": statistics.fmean(r["load_avg"] for rs in per_m.values() for r in rs),
               "model": model, "per_M": {str(m): agg[m] for m in ms},
               "settings": {k: v for k, v in vars(args).items() if k not in ("out", "work")}}
-    if args.out:  # with every pass (bench_plan.py fits the planner on them)
-        Path(args.out).write_text(json.dumps(result, indent=1))
+    write_result(result, args.out)  # with every pass (bench_plan.py fits the planner on them)
     for v in result["per_M"].values():
         v.pop("passes")
     print(json.dumps(result))
