@@ -9,7 +9,7 @@ sweep table) into `docs/figures/repro/` and writes `docs/repro_results.json`.
 
     python benchmarks/repro.py                       # everything (about 11 runs; ~1 h on 2 cores, 2 jobs)
     python benchmarks/repro.py --groups entropy      # one group
-    python benchmarks/repro.py --quick               # 30-step runs of one group, to check the plumbing
+    python benchmarks/repro.py --quick               # 30-step runs of one group (~6 min), to check the plumbing
     python benchmarks/repro.py --report-only         # figures and tables from finished runs
 
 The last line printed is one JSON object: per run, held-out avg@8 before/after, the paired change and its
@@ -184,7 +184,7 @@ def pois_bias_figure(run_dirs: dict[str, Path], path: Path) -> dict:
 
 
 def report(exps: list[Experiment], args) -> dict:
-    figs = ROOT / "docs" / "figures" / "repro"
+    figs = args.out / "figures" if args.quick else ROOT / "docs" / "figures" / "repro"  # quick: leave docs alone
     figs.mkdir(parents=True, exist_ok=True)
     rows = {e.name: summarize_run(e, args.out / e.name) for e in exps}
     for g in GROUPS:
