@@ -94,7 +94,7 @@ def command(exp: Experiment, model: Path, run_dir: Path, args) -> list[str]:
 
 def run_all(exps: list[Experiment], model: Path, args) -> None:
     todo = [e for e in exps if not (args.out / e.name / "summary.json").exists()]
-    running: list[tuple[Experiment, subprocess.Popen, float]] = []
+    running: list[tuple[Experiment, subprocess.Popen, float, object]] = []
     while todo or running:
         while todo and len(running) < args.jobs:
             e = todo.pop(0)
@@ -103,13 +103,14 @@ def run_all(exps: list[Experiment], model: Path, args) -> None:
             log = open(run_dir / "train.log", "a")
             print(f"[repro] start {e.name}: {' '.join(e.overrides)}", flush=True)
             running.append((e, subprocess.Popen(command(e, model, run_dir, args), cwd=ROOT, env=_env(), stdout=log,
-                                                stderr=subprocess.STDOUT), time.time()))
+                                                stderr=subprocess.STDOUT), time.time(), log))
         time.sleep(2)
         for item in list(running):
-            e, proc, t0 = item
+            e, proc, t0, log = item
             if proc.poll() is None:
                 continue
             running.remove(item)
+            log.close()
             status = "done" if proc.returncode == 0 else f"FAILED (exit {proc.returncode}, see train.log)"
             print(f"[repro] {e.name} {status} in {(time.time() - t0) / 60:.1f} min", flush=True)
 
@@ -124,11 +125,11 @@ def summarize_run(exp: Experiment, run_dir: Path) -> dict | None:
     s = json.loads((run_dir / "summary.json").read_text())
     ms = load_metrics(run_dir)
     ent = [m["actor/entropy"] for m in ms]
-    third = max(len(ent) // 10, 1)
+    tenth = max(len(ent) // 10, 1)
     evals = [(m["step"], m["eval/avg@k"]) for m in ms if "eval/avg@k" in m]
     p = s.get("eval_paired") or {}
     hist = json.loads((run_dir / "history.json").read_text())
-    correct, k = hist.get("eval_correct", {}), json.loads((run_dir / "summary.json").read_text())["eval_before"]["k"]
+    correct, k = hist.get("eval_correct", {}), s["eval_before"]["k"]
     paired_by_step = {lab: paired_difference(correct["before"], c, int(k)) for lab, c in correct.items()
                       if lab.startswith("step")}
     return {
@@ -138,10 +139,10 @@ def summarize_run(exp: Experiment, run_dir: Path) -> dict | None:
         "pass_k_after": {k: v for k, v in s["eval_after"].items() if k.startswith("pass@")},
         "delta": p.get("delta"), "se": p.get("se"), "z": p.get("z"),
         # entropy: mean over the first, middle and last 10% of steps
-        "entropy_start": statistics.mean(ent[:third]), "entropy_mid": statistics.mean(
-            ent[len(ent) // 2 - third // 2: len(ent) // 2 - third // 2 + third]), "entropy_end": statistics.mean(
-            ent[-third:]),
-        "entropy_max": max(ent), "length_end": statistics.mean(m["response_length/mean"] for m in ms[-third:]),
+        "entropy_start": statistics.mean(ent[:tenth]), "entropy_mid": statistics.mean(
+            ent[len(ent) // 2 - tenth // 2: len(ent) // 2 - tenth // 2 + tenth]), "entropy_end": statistics.mean(
+            ent[-tenth:]),
+        "entropy_max": max(ent), "length_end": statistics.mean(m["response_length/mean"] for m in ms[-tenth:]),
         "mask_ratio_mean": statistics.mean(m["actor/dmmpt_mask_ratio"] for m in ms),
         "clipfrac_mean": statistics.mean(m["actor/pg_clipfrac"] for m in ms),
         "eval_curve": evals, "paired_by_step": paired_by_step,
@@ -198,8 +199,11 @@ def report(exps: list[Experiment], args) -> dict:
     bias = pois_bias_figure(bias_runs, figs / "pois_bias_by_age.png") if bias_runs else {}
     result = {"runs": {k: v for k, v in rows.items() if v}, "pois_bias": bias,
               "settings": {"steps": args.steps, "eval_every": args.eval_every, "quick": args.quick}}
-    if not args.quick:
-        (ROOT / "docs" / "repro_results.json").write_text(json.dumps(result, indent=1))
+    if not args.quick:  # merged into the results of earlier reports, so a subset does not drop the others
+        path = ROOT / "docs" / "repro_results.json"
+        old = json.loads(path.read_text()) if path.exists() else {"runs": {}, "pois_bias": {}}
+        merged = {**result, "runs": {**old["runs"], **result["runs"]}, "pois_bias": {**old["pois_bias"], **bias}}
+        path.write_text(json.dumps(merged, indent=1))
     return result
 
 
