@@ -39,14 +39,13 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from benchlib import emit, machine  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from benchlib import emit, machine, quiet_torch  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from ulorl.algo import group_advantages, policy_loss, stale_token_policy  # noqa: E402
+from ulorl.algo import group_advantages  # noqa: E402
 from ulorl.config import AlgoConfig, TrainConfig  # noqa: E402
 from ulorl.learner import Learner, _accumulate, make_micro_batches  # noqa: E402
-from ulorl.logprobs import chunked_logprobs_entropy  # noqa: E402
 from ulorl.trajectory import Trajectory  # noqa: E402
 
 TEMPERATURE = 0.85
@@ -94,34 +93,20 @@ class Stages:
 
 def staged_update(ln: Learner, trajs: list[Trajectory], version: int) -> Stages:
     """`Learner.update` step by step (same calls, same order), with a timer between the parts."""
-    a, st = ln.algo, Stages()
-    rewards = torch.tensor([float(t.reward or 0.0) for t in trajs])
-    adv = group_advantages(rewards, [t.group_id for t in trajs], norm_by_std=a.norm_adv_by_std)
-    mbs = make_micro_batches(trajs, adv, version, ln.pad_id, ln.train_cfg.micro_batch_tokens)
+    st = Stages()
+    adv = ln.advantages(trajs)
+    mbs = ln.micro_batches(trajs, adv, version, None)
     n_tokens = max(sum(int(mb.response_mask.sum()) for mb in mbs), 1)
     ln.model.train()
     ln.optimizer.zero_grad(set_to_none=True)
     acc: dict = {}
     st.mark("collate")
     for mb in mbs:
-        hidden = ln.model.base_model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
+        hidden = ln.body(mb)
         st.mark("body_forward")
-        head = ln.model.get_output_embeddings()
-        lp_flat, ent_flat = chunked_logprobs_entropy(hidden[mb.gather_rows, mb.gather_cols], head.weight,
-                                                     mb.targets, ln.temperature, ln.train_cfg.logit_chunk,
-                                                     bias=getattr(head, "bias", None))
+        logprobs, entropy = ln.head_logprobs(mb, hidden)
         st.mark("head_logprob_entropy_forward")
-        logprobs = torch.zeros(mb.response_mask.shape, dtype=lp_flat.dtype)
-        entropy = torch.zeros(mb.response_mask.shape, dtype=ent_flat.dtype)
-        logprobs = logprobs.index_put((mb.gather_rows, mb.target_cols), lp_flat)
-        entropy[mb.gather_rows, mb.target_cols] = ent_flat
-        stale = stale_token_policy(a.is_mode, logprobs, mb.behaviour_logprobs, mb.segment_age, mb.response_mask,
-                                   tis_cap=a.tis_cap, max_age=a.max_stale)
-        ent_mask = ln.entropy_mask(logprobs.detach(), entropy, mb.rewards, mb.response_mask, a.tau, a.sigma)
-        loss, m = policy_loss(logprobs, stale.old_logprobs, mb.advantages, mb.response_mask, dmmpt_mask=ent_mask,
-                              eps_low=a.eps_low, eps_high=a.eps_high, agg=a.loss_agg, num_tokens=n_tokens,
-                              token_weights=stale.token_weights, extra_mask=stale.extra_mask)
-        loss = ln.loss_hook(loss)
+        loss, m = ln.micro_batch_loss(mb, logprobs, entropy, n_tokens)
         finite = bool(torch.isfinite(loss))
         st.mark("is_mask_loss")
         loss.backward()
@@ -297,11 +282,7 @@ def main() -> int:
     args = p.parse_args()
     if args.quick:
         args.repeats, args.stage_repeats, args.warmup = 5, 3, 1
-    torch.set_num_threads(1)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    quiet_torch()
     from ulorl.models import load_tokenizer
 
     vocab = len(load_tokenizer(args.model))

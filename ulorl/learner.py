@@ -143,8 +143,15 @@ class Learner:
     # -- forward ---------------------------------------------------------------------------------
     def forward(self, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
         """Log-probs (differentiable) and entropies (detached) of the response tokens, both `(b, T)`."""
+        return self.head_logprobs(mb, self.body(mb))
+
+    def body(self, mb: MicroBatch) -> torch.Tensor:
+        """`(b, S, d)` last hidden states of the backbone (in `train.autocast`'s dtype)."""
         with self._autocast():
-            hidden = self.model.base_model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
+            return self.model.base_model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
+
+    def head_logprobs(self, mb: MicroBatch, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(b, T)` log-probs and entropies of the response tokens from the body's `(b, S, d)` hidden states."""
         head = self.model.get_output_embeddings()
         hidden = hidden[mb.gather_rows, mb.gather_cols]
         if hidden.dtype != head.weight.dtype:  # autocast: the head (and so the log-probs) in the weights' dtype
@@ -157,6 +164,18 @@ class Learner:
         logprobs = logprobs.index_put((mb.gather_rows, mb.target_cols), lp_flat)
         entropy[mb.gather_rows, mb.target_cols] = ent_flat
         return logprobs, entropy
+
+    def micro_batch_loss(self, mb: MicroBatch, logprobs: torch.Tensor, entropy: torch.Tensor,
+                         denom: int) -> tuple[torch.Tensor, dict]:
+        """The micro-batch's share of the batch loss (IS mode's pi_old, entropy mask, clipped loss / `denom`)."""
+        a = self.algo
+        stale = stale_token_policy(a.is_mode, logprobs, mb.behaviour_logprobs, mb.segment_age, mb.response_mask,
+                                   tis_cap=a.tis_cap, max_age=a.max_stale)
+        ent_mask = self.entropy_mask(logprobs.detach(), entropy, mb.rewards, mb.response_mask, a.tau, a.sigma)
+        loss, m = policy_loss(logprobs, stale.old_logprobs, mb.advantages, mb.response_mask, dmmpt_mask=ent_mask,
+                              eps_low=a.eps_low, eps_high=a.eps_high, agg=a.loss_agg, num_tokens=denom,
+                              token_weights=stale.token_weights, extra_mask=stale.extra_mask)
+        return self.loss_hook(loss), m
 
     def _autocast(self):
         """`train.autocast`: the backbone's forward in a lower-precision compute dtype (no-op for "none")."""
@@ -178,25 +197,18 @@ class Learner:
     def update_on(self, trajs: list[Trajectory], advantages: torch.Tensor, version: int,
                   loss_keep: list[bool] | None = None) -> dict[str, float]:
         """The gradient update of `update` given `(B,)` advantages (a data-parallel rank: its shard's slice)."""
-        a = self.algo
         mbs = self.micro_batches(trajs, advantages, version, loss_keep)
         local = torch.tensor([sum(int(mb.response_mask.sum()) for mb in mbs),
                               sum(int(mb.response_mask.any(-1).sum()) for mb in mbs)], dtype=torch.float64)
         n_tokens, n_seqs = (max(int(x), 1) for x in self._global_sum(local))  # over all ranks
-        denom = n_tokens if a.loss_agg == "token-mean" else n_seqs
+        denom = n_tokens if self.algo.loss_agg == "token-mean" else n_seqs
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
         acc: dict[str, float] = {}
         finite = True
         for mb in mbs:
             logprobs, entropy = self.forward(mb)
-            stale = stale_token_policy(a.is_mode, logprobs, mb.behaviour_logprobs, mb.segment_age, mb.response_mask,
-                                       tis_cap=a.tis_cap, max_age=a.max_stale)
-            ent_mask = self.entropy_mask(logprobs.detach(), entropy, mb.rewards, mb.response_mask, a.tau, a.sigma)
-            loss, m = policy_loss(logprobs, stale.old_logprobs, mb.advantages, mb.response_mask, dmmpt_mask=ent_mask,
-                                  eps_low=a.eps_low, eps_high=a.eps_high, agg=a.loss_agg, num_tokens=denom,
-                                  token_weights=stale.token_weights, extra_mask=stale.extra_mask)
-            loss = self.loss_hook(loss)
+            loss, m = self.micro_batch_loss(mb, logprobs, entropy, denom)
             if not torch.isfinite(loss):
                 finite = False
                 if not self.lockstep:  # lockstep ranks (FSDP2) must run every backward: the update is skipped anyway
