@@ -25,9 +25,8 @@ import sys
 import time
 
 import numpy as np
-import torch
 
-from benchlib import emit, machine  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from benchlib import emit, machine, quiet_torch  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 
 def main() -> int:
@@ -38,11 +37,7 @@ def main() -> int:
     p.add_argument("--out", default=None, help="also write the JSON result here")
     p.add_argument("--cost-out", default=None, help="write the fitted cost model (for `ulorl plan --cost`)")
     args = p.parse_args()
-    torch.set_num_threads(1)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    quiet_torch()
     import tempfile
 
     from ulorl.models import build_tiny_model, load_model, load_tokenizer

@@ -30,7 +30,7 @@ from pathlib import Path
 
 import torch
 
-from benchlib import emit, machine  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from benchlib import emit, machine, quiet_torch  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -49,12 +49,9 @@ def main() -> int:
     args = p.parse_args()
     if args.quick:
         args.repeats, args.max_new_tokens = 3, 96
-    torch.set_num_threads(args.threads)
+    quiet_torch(args.threads)
     from transformers import GenerationConfig
-    from transformers.utils import logging as hf_logging
 
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
     from ulorl.data import DataConfig, load_prompts
     from ulorl.models import load_model, load_tokenizer
     from ulorl.rollout.engines import HFEngine, SamplingParams

@@ -33,9 +33,7 @@ import time
 from collections import Counter
 from pathlib import Path
 
-import torch
-
-from benchlib import write_result  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from benchlib import quiet_torch, write_result  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
@@ -201,11 +199,7 @@ def main() -> int:
     args = p.parse_args()
     if args.quick:
         args.repeats, args.steps, args.warmup = 1, 4, 2
-    torch.set_num_threads(1)
-    from transformers.utils import logging as hf_logging
-
-    hf_logging.set_verbosity_error()
-    hf_logging.disable_progress_bar()
+    quiet_torch()
     model = args.model or find_model(args.work)
     if model is None:
         from ulorl.config import load_run_config

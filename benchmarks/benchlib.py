@@ -14,6 +14,16 @@ from pathlib import Path
 import torch
 
 
+def quiet_torch(threads: int = 1) -> None:
+    """`threads` torch threads (one: timings that other jobs on the machine disturb least) and no
+    transformers warnings or progress bars."""
+    from transformers.utils import logging as hf_logging
+
+    torch.set_num_threads(threads)
+    hf_logging.set_verbosity_error()
+    hf_logging.disable_progress_bar()
+
+
 def machine(load_before: tuple[float, float, float] | None = None) -> dict:
     """CPU count, versions, torch threads and the load average before (if given) and now."""
     info = {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
