@@ -70,3 +70,75 @@ def test_resolved_config_round_trips(tmp_path):
     path.write_text(dump_yaml(cfg))
     again = load_run_config(path)
     assert again == cfg and isinstance(again, RunConfig)
+
+
+# -- hostile values (issue 15) ---------------------------------------------------------------------
+NON_FINITE = ["train.lr=.inf", "train.lr=nan", "rollout.temperature=.nan", "eval.temperature=.nan",
+              "algo.sigma=.nan", "algo.tau=.nan", "algo.eps_high=.inf", "train.grad_clip=-.inf",
+              "model.rope_scaling_factor=.inf", "reward.timeout_s=.nan"]
+
+
+@pytest.mark.parametrize("override", NON_FINITE)
+def test_nan_and_inf_are_refused_for_every_float(override):
+    key = override.split("=")[0]
+    with pytest.raises(ConfigError, match=rf"{key}=.*not a finite number"):
+        load_run_config(None, [override])
+
+
+def test_direct_construction_refuses_nan_too():
+    from ulorl.config import AlgoConfig, TrainConfig
+
+    with pytest.raises(ConfigError, match="algo.sigma=nan"):
+        AlgoConfig(sigma=float("nan"))  # `nan <= 0` is False: this silently turned DMMPT off
+    with pytest.raises(ConfigError, match="train.lr=inf"):
+        TrainConfig(lr=float("inf"))
+
+
+def test_group_of_one_with_dynamic_sampling_is_refused_at_load():
+    with pytest.raises(ConfigError, match="rollout.group_size=1 with algo.dynamic_sampling=true"):
+        load_run_config(None, ["rollout.group_size=1"])
+    assert load_run_config(None, ["rollout.group_size=1", "algo.dynamic_sampling=false"]).rollout.group_size == 1
+
+
+def test_a_batch_the_rounds_cannot_supply_is_refused_at_load():
+    from ulorl.config import RolloutConfig, worst_case_groups
+
+    # decode_batch 16 / group 8 = 2 groups per wave; 4 segments -> 64 // 4 = 16 waves -> 32 groups < 100
+    assert worst_case_groups(RolloutConfig(decode_batch=16, group_size=8, num_segments=4), 64) == 32
+    with pytest.raises(ConfigError, match=r"train.train_groups=100 cannot be filled.*at most 32 groups.*"
+                                          r"rollout.decode_batch>=56"):  # ceil(100 / 16) = 7 groups x 8
+        load_run_config(None, ["train.train_groups=100", "rollout.decode_batch=16", "algo.dynamic_sampling=false"])
+    assert load_run_config(None, ["train.train_groups=100", "rollout.decode_batch=56"]).train.train_groups == 100
+
+
+def test_device_names_are_checked():
+    from ulorl.config import check_runnable
+
+    with pytest.raises(ConfigError, match="train.device='tpu' is not a device name"):
+        load_run_config(None, ["train.device=tpu"])
+    check_runnable(load_run_config(None, ["train.device=cpu"]))
+    import torch
+
+    n = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    with pytest.raises(ConfigError, match=rf"train.device='cuda:{n}': no such device"):
+        check_runnable(load_run_config(None, [f"train.device=cuda:{n}"]))
+
+
+def test_unreadable_config_files_are_one_line_errors(tmp_path):
+    latin = tmp_path / "latin1.yaml"
+    latin.write_bytes("train:\n  steps: 3 # caf\xe9\n".encode("latin-1"))
+    with pytest.raises(ConfigError, match=r"latin1.yaml is not UTF-8 text \(invalid byte at offset"):
+        load_run_config(latin)
+    with pytest.raises(ConfigError, match="is a directory"):
+        load_run_config(tmp_path)
+    deep = tmp_path / "deep.yaml"
+    deep.write_text("a: " + "[" * 100_000)
+    with pytest.raises(ConfigError, match="not valid YAML"):
+        load_run_config(deep)
+
+
+def test_duplicate_yaml_keys_are_refused(tmp_path):
+    dup = tmp_path / "dup.yaml"
+    dup.write_text("train:\n  steps: 3\n  lr: 1.0e-6\n  steps: 30\n")
+    with pytest.raises(ConfigError, match=r"dup.yaml: duplicate key 'steps' at line 4 \(first at line 2\)"):
+        load_run_config(dup)

@@ -8,6 +8,7 @@ dataclasses there and are composed here.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from enum import Enum
 from pathlib import Path
@@ -21,7 +22,7 @@ from ulorl.rollout.engines.base import check_sampling
 
 __all__ = ["AlgoConfig", "CheckpointConfig", "ConfigError", "DistributedConfig", "LoggingConfig", "ModelConfig",
            "RolloutConfig", "RunConfig", "SFTConfig", "TrainConfig", "VLLMConfig", "load_run_config", "dump_yaml",
-           "to_dict", "build"]
+           "to_dict", "build", "check_runnable", "worst_case_groups"]
 
 
 def _choice(key: str, value: str, allowed) -> None:
@@ -31,6 +32,8 @@ def _choice(key: str, value: str, allowed) -> None:
 
 
 def _positive(key: str, value: float, allow_zero: bool = False) -> None:
+    if not math.isfinite(value):  # NaN passes `value < 0`; the loader refuses both, this guards direct construction
+        raise ConfigError(f"{key}={value} is not a finite number")
     if value < 0 or (value == 0 and not allow_zero):
         raise ConfigError(f"{key}={value} must be {'>= 0' if allow_zero else '> 0'}")
 
@@ -172,6 +175,8 @@ class TrainConfig:
         _choice("train.autocast", self.autocast, ["none", "bfloat16", "float16"])
         _positive("train.grad_clip", self.grad_clip, allow_zero=True)
         _positive("train.eval_every", self.eval_every, allow_zero=True)
+        _positive("train.weight_decay", self.weight_decay, allow_zero=True)
+        _device_name("train.device", self.device)
 
 
 @dataclass
@@ -231,11 +236,72 @@ class RunConfig:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)  # local | ray placement
 
     def __post_init__(self) -> None:
+        if self.algo.dynamic_sampling and self.rollout.group_size < 2:
+            raise ConfigError(
+                f"rollout.group_size={self.rollout.group_size} with algo.dynamic_sampling=true: a group of one "
+                "sample always has equal rewards, so every group would be dropped; use rollout.group_size>=2 "
+                "or algo.dynamic_sampling=false")
+        _check_supply(self.rollout, self.train)
         if self.algo.is_mode == "tois" and self.rollout.num_segments != 1:
             raise ConfigError(
                 f"algo.is_mode=tois is true on-policy training and needs rollout.num_segments=1 "
                 f"(got {self.rollout.num_segments}); use pois or sais with segments"
             )
+
+
+def _device_name(key: str, name: str) -> None:
+    """A device string torch can parse (`cpu`, `cuda`, `cuda:1`, `mps`, ...); whether it exists is checked
+    by `check_runnable`, so a GPU preset still loads on a laptop."""
+    import torch
+
+    try:
+        torch.device(name)
+    except (RuntimeError, ValueError):
+        raise ConfigError(f"{key}={name!r} is not a device name; use cpu, cuda, cuda:N or mps") from None
+
+
+def worst_case_groups(rollout: RolloutConfig, rounds: int) -> int:
+    """Whole groups that `rounds` rollout rounds complete when every answer runs to the global cap.
+
+    Then every sample needs `num_segments` rounds, and a batch drawn into an empty decode batch
+    (`(decode_batch - unfinished) // group_size` new prompts, at least one: `SegmentRollout.num_new_prompts`)
+    blocks new draws until it finishes: `rounds // num_segments` waves of `max(1, decode_batch // group_size)`
+    groups. Groups dropped by dynamic sampling are not counted: with it, fewer pass."""
+    return (rounds // rollout.num_segments) * max(1, rollout.decode_batch // rollout.group_size)
+
+
+def _check_supply(rollout: RolloutConfig, train: TrainConfig) -> None:
+    """`train.train_groups` whole groups must fit in what `train.max_rounds_per_step` rounds can supply."""
+    rounds, supply = train.max_rounds_per_step, worst_case_groups(rollout, train.max_rounds_per_step)
+    if supply >= train.train_groups:
+        return
+    waves = rounds // rollout.num_segments
+    hint = (f"rollout.decode_batch>={-(-train.train_groups // waves) * rollout.group_size}, " if waves else "")
+    raise ConfigError(
+        f"train.train_groups={train.train_groups} cannot be filled: train.max_rounds_per_step={rounds} rounds of "
+        f"rollout.decode_batch={rollout.decode_batch} with rollout.group_size={rollout.group_size} complete at "
+        f"most {supply} groups when answers run all rollout.num_segments={rollout.num_segments} segments; use "
+        f"{hint}fewer train.train_groups, or more train.max_rounds_per_step")
+
+
+# device type -> number of such devices visible here
+_DEVICE_COUNT = {
+    "cpu": lambda torch: 1,
+    "cuda": lambda torch: torch.cuda.device_count() if torch.cuda.is_available() else 0,
+    "mps": lambda torch: int(torch.backends.mps.is_available()),
+    "xpu": lambda torch: torch.xpu.device_count() if hasattr(torch, "xpu") and torch.xpu.is_available() else 0,
+}
+
+
+def check_runnable(cfg: RunConfig) -> None:
+    """What a valid config still needs from this machine, checked before any work: the device exists."""
+    import torch
+
+    dev = torch.device(cfg.train.device)
+    count = _DEVICE_COUNT.get(dev.type, lambda torch: 0)(torch)
+    if count == 0 or (dev.index or 0) >= count:
+        raise ConfigError(f"train.device={cfg.train.device!r}: no such device on this machine ({count} "
+                          f"{dev.type} device(s) visible); use train.device=cpu or a visible one")
 
 
 def load_run_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:

@@ -9,6 +9,7 @@ with `ConfigError` naming the dotted key and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import math
 import types
 import typing
 from pathlib import Path
@@ -38,6 +39,8 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
                 return _coerce(value, arg, key)
             except ConfigError as e:
                 errors.append(str(e))
+        if len(errors) == 1:  # `float | None` and the like: the one real type's message is the clearer one
+            raise ConfigError(errors[0])
         raise ConfigError(f"{key}: expected {' or '.join(_type_name(a) for a in args)}, got {value!r}")
     if dataclasses.is_dataclass(tp):
         if isinstance(value, tp):
@@ -69,14 +72,7 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             return int(value)
         raise ConfigError(f"{key}: expected an integer, got {value!r}")
     if tp is float:
-        if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return float(value)
-        if isinstance(value, str):
-            try:
-                return float(value)  # YAML 1.1 reads `1e-6` as a string
-            except ValueError:
-                pass
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
+        return _finite(_number(value, key), key)
     if tp is str:
         if isinstance(value, str):
             return value
@@ -86,6 +82,24 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
     if isinstance(tp, type) and isinstance(value, tp):
         return value
     raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
+
+
+def _number(value: Any, key: str) -> float:
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return float(value)
+    if isinstance(value, str):
+        try:
+            return float(value)  # YAML 1.1 reads `1e-6` as a string
+        except ValueError:
+            pass
+    raise ConfigError(f"{key}: expected a number, got {value!r}")
+
+
+def _finite(value: float, key: str) -> float:
+    """NaN passes every `x <= 0` check and inf corrupts the first update: no config float may be either."""
+    if not math.isfinite(value):
+        raise ConfigError(f"{key}={value} is not a finite number; give a real value (NaN and inf are never valid)")
+    return value
 
 
 def build(cls: type, data: dict, prefix: str = "") -> Any:
@@ -138,17 +152,46 @@ def deep_merge(base: dict, extra: dict) -> dict:
     return out
 
 
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """SafeLoader that refuses a mapping naming the same key twice (PyYAML keeps the last one silently)."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise ConfigError(f"duplicate key {key!r} at line {key_node.start_mark.line + 1} (first at line "
+                                  f"{seen[key]}); keep one of them")
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+def _read_yaml(p: Path) -> Any:
+    """The YAML document of file `p`; every way it can be unreadable is a one-line `ConfigError`."""
+    if not p.exists():
+        raise ConfigError(f"config file {p} does not exist")
+    if p.is_dir():
+        raise ConfigError(f"config file {p} is a directory; give a YAML file (see configs/)")
+    try:
+        text = p.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"config file {p} is not UTF-8 text (invalid byte at offset {e.start})") from None
+    except OSError as e:
+        raise ConfigError(f"config file {p} cannot be read: {e.strerror}") from None
+    try:
+        return yaml.load(text, Loader=_UniqueKeyLoader)
+    except ConfigError as e:
+        raise ConfigError(f"config file {p}: {e}") from None
+    except (yaml.YAMLError, RecursionError) as e:
+        raise ConfigError(f"config file {p} is not valid YAML: {e}") from None
+
+
 def load_config(cls: type, path: str | Path | None = None, overrides: list[str] | None = None) -> Any:
     """YAML file (optional) + dotted overrides -> validated dataclass `cls`."""
     data: dict = {}
     if path is not None:
         p = Path(path)
-        if not p.exists():
-            raise ConfigError(f"config file {p} does not exist")
-        try:
-            data = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {p} is not valid YAML: {e}") from e
+        data = _read_yaml(p) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"config file {p} must hold a mapping at top level")
     data = deep_merge(data, parse_overrides(overrides or []))
