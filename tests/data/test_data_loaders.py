@@ -139,3 +139,56 @@ def test_unknown_builtin_and_missing_eval(tok):
 def test_config_validation(kwargs, match):
     with pytest.raises(ValueError, match=match):
         DataConfig(**kwargs)
+
+
+def test_several_sources_in_mixed_formats(tmp_path, tok):
+    """data.train as a list: rows concatenated in order, ids unique across files, counts per file."""
+    a = write_jsonl(tmp_path / "a.jsonl", [{"prompt": "add 1 1", "answer": "2"}, {"prompt": "add 1 2", "answer": "3"},
+                                           {"prompt": "", "answer": "0"}])  # the blank prompt is a bad row
+    b = tmp_path / "b.parquet"
+    pq.write_table(pa.Table.from_pylist([verl_row("add 2 2", "4"), verl_row("add 3 3", "6")]), b)
+    cfg = DataConfig(train=[a, str(b)], shuffle=False, on_bad_row="skip")
+    recs, rep = load_prompts(cfg, tok, "train")
+    assert [r.ground_truth for r in recs] == ["2", "3", "4", "6"]
+    # b.parquet's rows come after a.jsonl's 3 rows (bad one included): ids 3 and 4
+    assert [r.prompt_id for r in recs] == [0, 1, 3, 4]
+    assert [r.data_source for r in recs] == ["a", "a", "math", "math"]
+    assert (rep.n_rows, rep.n_loaded, rep.n_skipped) == (5, 4, 1)
+    assert [(p.source, p.n_rows, p.n_loaded) for p in rep.parts] == [(a, 3, 2), (str(b), 2, 2)]
+    lines = rep.summary().splitlines()
+    assert lines[0].startswith("2 sources: 4/5 rows loaded, 1 bad rows skipped")
+    assert "a.jsonl: 2/3 rows loaded" in lines[1] and "b.parquet: 2/2 rows loaded" in lines[2]
+
+
+def test_source_list_from_config_overrides(tmp_path):
+    from ulorl.config import load_run_config
+
+    cfg = load_run_config(None, ["data.train=[x.jsonl,y.parquet]", "data.eval=z.jsonl"])
+    assert cfg.data.sources("train") == ["x.jsonl", "y.parquet"] and cfg.data.sources("eval") == ["z.jsonl"]
+    assert load_run_config(None, ["data.eval=null"]).data.sources("eval") == []
+    with pytest.raises(ValueError, match="data.train"):
+        DataConfig(train=["x.jsonl", ""])
+
+
+def test_system_prompt_added_unless_the_row_has_one(tmp_path, tok):
+    rows = [{"prompt": "add 1 2", "answer": "3"},
+            {"prompt": [{"role": "system", "content": "own"}, {"role": "user", "content": "add 2 2"}], "answer": "4"}]
+    p = write_jsonl(tmp_path / "d.jsonl", rows)
+    recs, _ = load_source(p, tok, DataConfig(system_prompt="Reason step by step."))
+    assert recs[0].prompt_text == ("<|im_start|>system\nReason step by step.<|im_end|>\n"
+                                   "<|im_start|>user\nadd 1 2<|im_end|>\n<|im_start|>assistant\n")
+    assert "own" in recs[1].prompt_text and "Reason step by step." not in recs[1].prompt_text
+
+
+def test_chat_template_kwargs_reach_the_template(tmp_path):
+    t = build_tokenizer()
+    # a Qwen3-like switch: the template writes an empty think block when enable_thinking is false
+    t.chat_template = ("{% for m in messages %}<{{ m.role }}>{{ m.content }}{% endfor %}<assistant>"
+                       "{% if enable_thinking is defined and not enable_thinking %}<think></think>{% endif %}")
+    p = write_jsonl(tmp_path / "d.jsonl", [{"prompt": "add 1 2", "answer": "3"}])
+    (on,), _ = load_source(p, t, DataConfig())
+    (off,), _ = load_source(p, t, DataConfig(chat_template_kwargs={"enable_thinking": False}))
+    assert on.prompt_text == "<user>add 1 2<assistant>"
+    assert off.prompt_text == "<user>add 1 2<assistant><think></think>"
+    with pytest.raises(ValueError, match="add_generation_prompt"):
+        DataConfig(chat_template_kwargs={"add_generation_prompt": False})

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
+from typing import Any
 
 
 class DataFormat(str, Enum):
@@ -22,6 +23,8 @@ class BadRowPolicy(str, Enum):
 
 
 BUILTIN_CHAIN = "builtin:chain"
+# arguments of apply_chat_template that the loader sets (data.chat_template_kwargs cannot override them)
+_TEMPLATE_ARGS = {"conversation", "add_generation_prompt", "tokenize", "continue_final_message", "return_dict"}
 
 
 def _choice(name: str, value: str, enum: type[Enum]) -> None:
@@ -34,8 +37,8 @@ def _choice(name: str, value: str, enum: type[Enum]) -> None:
 class DataConfig:
     """Prompt data for training and evaluation."""
 
-    train: str = BUILTIN_CHAIN  # builtin:chain | path to .parquet/.jsonl/save_to_disk folder
-    eval: str | None = BUILTIN_CHAIN  # same choices; None: no held-out evaluation
+    train: str | list[str] = BUILTIN_CHAIN  # builtin:chain | .parquet/.jsonl/save_to_disk folder | a list of them
+    eval: str | list[str] | None = BUILTIN_CHAIN  # same choices; None: no held-out evaluation
     format: str = "auto"  # auto | verl | jsonl | trl | disk
     prompt_key: str = "prompt"  # column holding the prompt (string or chat messages)
     answer_key: str = "answer"  # for jsonl/trl/disk; verl uses reward_model.ground_truth (dotted paths allowed)
@@ -46,6 +49,9 @@ class DataConfig:
     eval_size: int = 200  # built-in task only
     seed: int = 0  # built-in task seed (eval uses a different one) and shuffle seed
     shuffle: bool = True  # shuffle the training prompts once at load time
+    system_prompt: str | None = None  # a system message put first in every prompt that has none
+    # extra keyword arguments of tokenizer.apply_chat_template, e.g. {enable_thinking: false} for Qwen3
+    chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if isinstance(self.format, DataFormat):
@@ -54,13 +60,29 @@ class DataConfig:
             self.on_bad_row = self.on_bad_row.value
         _choice("format", self.format, DataFormat)
         _choice("on_bad_row", self.on_bad_row, BadRowPolicy)
-        if not self.train:
-            raise ValueError("data.train must name a source (builtin:chain or a file/folder path)")
-        if self.eval == "":
-            raise ValueError("data.eval must name a source or be null")
+        if isinstance(self.train, (list, tuple)):
+            self.train = list(self.train)
+        if isinstance(self.eval, (list, tuple)):
+            self.eval = list(self.eval)
+        if not self.train or (isinstance(self.train, list) and not all(self.train)):
+            raise ValueError("data.train must name a source (builtin:chain or a file/folder path) or a list of them")
+        if self.eval == "" or self.eval == [] or (isinstance(self.eval, list) and not all(self.eval)):
+            raise ValueError("data.eval must name a source, a list of sources, or be null")
+        reserved = sorted(set(self.chat_template_kwargs) & _TEMPLATE_ARGS)
+        if reserved:
+            raise ValueError(f"data.chat_template_kwargs may not set {reserved}: ulorl sets them itself")
         for name in ("prompt_key", "answer_key", "data_source_key"):
             if not getattr(self, name):
                 raise ValueError(f"data.{name} must be a non-empty column name (dotted paths allowed)")
         for name in ("max_prompt_len", "train_size", "eval_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"data.{name} must be >= 1, got {getattr(self, name)}")
+
+    def sources(self, split: str) -> list[str]:
+        """The sources of `split` ('train' or 'eval') as a list (empty when data.eval is null)."""
+        if split not in ("train", "eval"):
+            raise ValueError(f"split={split!r} is not one of ['train', 'eval']")
+        value = self.train if split == "train" else self.eval
+        if value is None:
+            return []
+        return list(value) if isinstance(value, list) else [value]

@@ -1,6 +1,6 @@
 """Load prompts from any supported source into `PromptRecord`s (see docs/data.md).
 
-Sources: `builtin:chain` (the built-in task; the eval split uses a different seed
+Sources: `builtin:chain` or `builtin:odometer` (built-in tasks; the eval split uses a different seed
 than train), a `.parquet` / `.jsonl` file or a `datasets.save_to_disk` folder. Every
 row is validated first (bad rows raise `DataError` or are skipped and counted, per
 `on_bad_row`), then rendered with the tokenizer's chat template when it has one
@@ -14,13 +14,14 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from ulorl.data.config import BUILTIN_CHAIN, DataConfig, DataFormat
+from ulorl.data.config import DataConfig, DataFormat
 from ulorl.data.formats import Storage, detect_storage, read_rows
 from ulorl.data.records import DataError, LoadReport, PromptRecord, RowIssue
 from ulorl.data.validate import RowSchema, ValidRow, guess_schema, validate_row, verl_schema
+from ulorl.tasks import TASKS, task_rows
 
 EVAL_SEED_OFFSET = 1_000_003  # built-in eval problems use seed + this, so they differ from train's
-BUILTINS = (BUILTIN_CHAIN,)
+BUILTINS = tuple(TASKS)  # builtin:chain, builtin:odometer (ulorl.tasks)
 
 
 @dataclass
@@ -36,11 +37,9 @@ class RawSource:
 def _builtin_rows(source: str, cfg: DataConfig, split: str) -> list[dict]:
     if source not in BUILTINS:
         raise DataError(f"unknown built-in source {source!r}; valid: {list(BUILTINS)}")
-    from ulorl.tasks.chain import make_rows
-
     if split == "train":
-        return make_rows(cfg.train_size, seed=cfg.seed, split="train")
-    return make_rows(cfg.eval_size, seed=cfg.seed + EVAL_SEED_OFFSET, split=split)
+        return task_rows(source, cfg.train_size, seed=cfg.seed, split="train")
+    return task_rows(source, cfg.eval_size, seed=cfg.seed + EVAL_SEED_OFFSET, split=split)
 
 
 def _storage_for(path: str, fmt: DataFormat) -> Storage:
@@ -87,10 +86,17 @@ def validate_source(raw: RawSource, on_bad_row: str, skip_hint: str = "data.on_b
     return valid, report
 
 
-def render_prompt(tokenizer, messages: list[dict]) -> str:
-    """The prompt text: chat template with the generation prompt, or the contents joined (no template)."""
+def render_prompt(tokenizer, messages: list[dict], system_prompt: str | None = None,
+                  template_kwargs: dict | None = None) -> str:
+    """The prompt text: chat template with the generation prompt, or the contents joined (no template).
+
+    `system_prompt` becomes the first message when the row has no system message of its own (a row's
+    own system message wins); `template_kwargs` go to `apply_chat_template` (e.g. `enable_thinking`)."""
+    if system_prompt and not any(m["role"] == "system" for m in messages):
+        messages = [{"role": "system", "content": system_prompt}, *messages]
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False,
+                                             **(template_kwargs or {}))
     return "\n\n".join(m["content"] for m in messages)
 
 
@@ -102,14 +108,17 @@ def encode_prompts(tokenizer, texts: list[str]) -> list[list[int]]:
     return tokenizer(texts, add_special_tokens=special)["input_ids"]
 
 
-def load_source(source: str, tokenizer, cfg: DataConfig, split: str = "train") -> tuple[list[PromptRecord], LoadReport]:
-    """Load, validate, render and length-filter one source (no shuffling)."""
+def load_source(source: str, tokenizer, cfg: DataConfig, split: str = "train",
+                id_offset: int = 0) -> tuple[list[PromptRecord], LoadReport]:
+    """Load, validate, render and length-filter one source (no shuffling).
+
+    A record's `prompt_id` is its row index plus `id_offset` (rows of the sources loaded before it)."""
     raw = read_source(source, cfg, split)
     valid, report = validate_source(raw, cfg.on_bad_row)
     rendered: list[tuple[ValidRow, str]] = []
     for v in valid:
         try:
-            rendered.append((v, render_prompt(tokenizer, v.messages)))
+            rendered.append((v, render_prompt(tokenizer, v.messages, cfg.system_prompt, cfg.chat_template_kwargs)))
         except Exception as e:  # the template rejected these messages (roles, order, ...)
             issue = RowIssue(v.index, raw.schema.prompt_key, "bad_messages", "messages the chat template accepts",
                              f"{type(e).__name__}: {e}")
@@ -122,19 +131,25 @@ def load_source(source: str, tokenizer, cfg: DataConfig, split: str = "train") -
         if len(tokens) > cfg.max_prompt_len:
             report.add_too_long(v.index)
             continue
-        records.append(PromptRecord(v.index, list(tokens), text, v.answer, v.data_source, v.extra_info))
+        records.append(PromptRecord(v.index + id_offset, list(tokens), text, v.answer, v.data_source, v.extra_info))
     report.n_loaded = len(records)
     return records, report
 
 
 def load_prompts(cfg: DataConfig, tokenizer, split: str = "train") -> tuple[list[PromptRecord], LoadReport]:
-    """The prompts of `cfg.train` (split='train', shuffled when cfg.shuffle) or `cfg.eval` (split='eval')."""
-    if split not in ("train", "eval"):
-        raise ValueError(f"split={split!r} is not one of ['train', 'eval']")
-    source = cfg.train if split == "train" else cfg.eval
-    if source is None:
+    """The prompts of `cfg.train` (split='train', shuffled when cfg.shuffle) or `cfg.eval` (split='eval').
+
+    Several sources are concatenated in the order given; prompt ids count rows across them (the second
+    source's first row has id = the first source's row count), so they stay unique and stable."""
+    sources = cfg.sources(split)
+    if not sources:
         raise ValueError("data.eval is null: there is no evaluation set to load")
-    records, report = load_source(source, tokenizer, cfg, split)
+    records, parts = [], []
+    for source in sources:
+        recs, rep = load_source(source, tokenizer, cfg, split, id_offset=sum(p.n_rows for p in parts))
+        records += recs
+        parts.append(rep)
+    report = LoadReport.combine(parts)
     if not records:
         raise DataError(f"{report.summary()}: no usable prompts")
     if split == "train" and cfg.shuffle:

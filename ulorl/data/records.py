@@ -65,6 +65,23 @@ class LoadReport:
     examples: list[str] = field(default_factory=list)
     n_too_long: int = 0
     too_long_ids: list[int] = field(default_factory=list)
+    parts: list[LoadReport] = field(default_factory=list)  # one report per source when several were loaded
+
+    @classmethod
+    def combine(cls, parts: list[LoadReport]) -> LoadReport:
+        """The totals of several sources' reports, keeping each one in `parts` (one source: itself)."""
+        if len(parts) == 1:
+            return parts[0]
+        total = cls(source=" + ".join(p.source for p in parts), parts=list(parts))
+        for p in parts:
+            total.n_rows += p.n_rows
+            total.n_loaded += p.n_loaded
+            total.n_skipped += p.n_skipped
+            total.n_too_long += p.n_too_long
+            for k, v in p.skipped_by_reason.items():
+                total.skipped_by_reason[k] = total.skipped_by_reason.get(k, 0) + v
+            total.examples += p.examples[: MAX_EXAMPLES - len(total.examples)]
+        return total
 
     def add_bad(self, issue: RowIssue) -> None:
         self.n_skipped += 1
@@ -78,7 +95,11 @@ class LoadReport:
             self.too_long_ids.append(prompt_id)
 
     def summary(self) -> str:
-        """One line for logs."""
+        """One line for logs (several sources: the totals, then one line per source)."""
+        if self.parts:
+            lines = [f"{len(self.parts)} sources: {self.n_loaded}/{self.n_rows} rows loaded, {self.n_skipped} bad "
+                     f"rows skipped, {self.n_too_long} prompts too long dropped"]
+            return "\n".join(lines + [f"  {p.summary()}" for p in self.parts])
         reasons = ", ".join(f"{k}={v}" for k, v in sorted(self.skipped_by_reason.items()))
         return (f"{self.source}: {self.n_loaded}/{self.n_rows} rows loaded, {self.n_skipped} bad rows skipped"
                 f"{f' ({reasons})' if reasons else ''}, {self.n_too_long} prompts too long dropped")
