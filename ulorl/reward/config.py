@@ -10,6 +10,7 @@ also catches a key pasted into it by mistake.
 from __future__ import annotations
 
 import dataclasses
+import math
 import re
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,9 +18,9 @@ from typing import Any
 from ulorl.reward.extract import EXTRACTORS
 from ulorl.reward.judge import DEFAULT_JUDGE_PROMPT, JudgeMode, check_prompt_template
 from ulorl.reward.overlong import OverlongPolicy
-from ulorl.reward.registry import BuiltinReward
+from ulorl.reward.registry import BuiltinReward, RewardStyle, parse_reward_fn
 
-__all__ = ["RewardConfig"]
+__all__ = ["RewardConfig", "RewardFnConfig"]
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
@@ -28,12 +29,73 @@ def _choices(enum) -> list[str]:
     return [e.value for e in enum]
 
 
+def default_name(fn: Any) -> str:
+    """Metric name of a reward function: the built-in's name or the function's own name."""
+    if callable(fn):
+        return getattr(fn, "__name__", type(fn).__name__)
+    return str(fn).rpartition(":")[2] if ":" in str(fn) else str(fn)
+
+
+def check_fn(fn: Any, style: str, key: str) -> None:
+    """Load a user function and check its signature now (``ulorl config`` and start-up), naming ``key``."""
+    from ulorl.reward.terms import resolve_callable  # imports no worker machinery until used
+
+    if callable(fn):
+        resolve_callable(fn, style, default_name(fn))
+        return
+    if not isinstance(fn, str) or not fn:
+        raise ValueError(f"{key} must be a built-in name, 'module:function' or 'path/to/file.py:function', got {fn!r}")
+    if ":" not in fn:
+        if fn not in _choices(BuiltinReward):
+            raise ValueError(f"{key}={fn!r} is not valid; allowed: {_choices(BuiltinReward)}, 'module:function' "
+                             "or 'path/to/file.py:function'")
+        return
+    try:
+        parse_reward_fn(fn)  # imports it: a typo fails here, not in a worker
+        resolve_callable(fn, style, fn)
+    except ValueError as e:
+        raise ValueError(f"{key}: {e}") from None
+
+
+@dataclass
+class RewardFnConfig:
+    """One weighted reward function of ``reward.fns``."""
+
+    fn: str = "rule"
+    """A built-in (``rule``, ``exact``), ``module:function`` or ``path/to/file.py:function`` (or a callable in code)."""
+    weight: float = 1.0
+    """Its weight in the summed reward."""
+    name: str | None = None
+    """Metric name (``rewards/<name>/mean``); default: the built-in's or the function's name."""
+    style: str = "auto"
+    """``auto`` (from the signature), ``verl`` (per sample) or ``batch`` (TRL: ``fn(completions, **columns)``)."""
+    min: float | None = None
+    """Declared lowest reward: a lower one stops the run with an error naming the function and sample."""
+    max: float | None = None
+    """Declared highest reward (same check)."""
+
+    def __post_init__(self) -> None:
+        if self.style not in _choices(RewardStyle):
+            raise ValueError(f"reward.fns style={self.style!r} is not valid; allowed: {_choices(RewardStyle)}")
+        if not math.isfinite(self.weight):
+            raise ValueError(f"reward.fns weight must be finite, got {self.weight}")
+        if self.min is not None and self.max is not None and self.min > self.max:
+            raise ValueError(f"reward.fns min={self.min} > max={self.max}")
+        if self.name is None:
+            self.name = default_name(self.fn)
+        check_fn(self.fn, self.style, f"reward.fns[{self.name}].fn")
+
+
 @dataclass
 class RewardConfig:
     """How responses are scored."""
 
     fn: str = "rule"
-    """Reward function: a built-in name (``rule``, ``exact``) or ``module:function`` (verl signature)."""
+    """Reward function: a built-in (``rule``, ``exact``), ``module:function`` or ``path/to/file.py:function``."""
+    fns: list[RewardFnConfig] = field(default_factory=list)
+    """Several weighted reward functions (summed); when set, ``fn`` must stay ``rule`` and is ignored."""
+    max_error_frac: float = 0.5
+    """Stop the run when a reward function raised on more than this share of its last 32 samples (1.0: never)."""
     timeout_s: float = 5.0
     """Hard deadline per verified item, seconds; a worker that misses it is killed."""
     num_workers: int = 2
@@ -66,14 +128,18 @@ class RewardConfig:
     """Soft-penalty buffer length in tokens (``soft_penalty`` needs > 0)."""
 
     def __post_init__(self) -> None:
-        if ":" in self.fn:
-            mod, _, attr = self.fn.partition(":")
-            if not mod or not attr:
-                raise ValueError(f"reward.fn must be a built-in name or 'module:function', got {self.fn!r}")
-        elif self.fn not in _choices(BuiltinReward):
-            raise ValueError(
-                f"reward.fn={self.fn!r} is not valid; allowed: {_choices(BuiltinReward)} or 'module:function'"
-            )
+        self.fns = [RewardFnConfig(**f) if isinstance(f, dict) else f for f in self.fns]
+        if self.fns:
+            if self.fn != BuiltinReward.RULE.value:
+                raise ValueError(f"set either reward.fn ({self.fn!r}) or reward.fns, not both")
+            names = [f.name for f in self.fns]
+            dup = sorted({n for n in names if names.count(n) > 1})
+            if dup:
+                raise ValueError(f"reward.fns: names {dup} appear twice; give each entry its own 'name'")
+        else:
+            check_fn(self.fn, RewardStyle.AUTO.value, "reward.fn")
+        if not 0.0 <= self.max_error_frac <= 1.0:
+            raise ValueError(f"reward.max_error_frac must be in [0, 1], got {self.max_error_frac}")
         if not self.timeout_s > 0:
             raise ValueError(f"reward.timeout_s must be > 0, got {self.timeout_s}")
         if not self.startup_timeout_s > 0:
@@ -113,6 +179,10 @@ class RewardConfig:
             raise ValueError(f"reward.overlong_buffer must be >= 0, got {self.overlong_buffer}")
         if self.overlong == OverlongPolicy.SOFT_PENALTY.value and self.overlong_buffer <= 0:
             raise ValueError("reward.overlong='soft_penalty' needs reward.overlong_buffer > 0")
+
+    def functions(self) -> list[RewardFnConfig]:
+        """The reward functions to sum: ``fns``, or ``fn`` alone with weight 1."""
+        return list(self.fns) or [RewardFnConfig(fn=self.fn)]
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for saving (holds the env var name, never a secret)."""

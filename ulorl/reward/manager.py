@@ -1,42 +1,49 @@
 """The trainer's entry point to the reward stage: ``RewardManager(RewardConfig)``.
 
-It composes the rule verifier (``rule.py``: extraction + math-verify or a user
-function, in killable workers), the optional generative judge (``judge.py``)
-and the overlong policy (``overlong.py``), and keeps the counters the trainer
-logs (``metrics()``: values since the previous call).
+It builds one reward term per configured function (``terms.py``: a built-in
+rule verifier or a verl-style function in killable workers, a TRL-style batch
+function or a Python callable in this process), sums ``weight * score`` over
+them, applies the optional generative judge (``judge.py``) to the *first*
+function, and keeps the counters the trainer logs (``metrics()``: values since
+the previous call). Every score is checked (finite, inside a declared range)
+and each function's failures are watched (``reward.max_error_frac``): both stop
+the run with an error that names the function and the sample.
 
-Judge modes:
+Judge modes (on the first function):
 
-- ``rule_then_judge``: the rule verdict first; the judge is asked only where
-  the rule says 0 and an answer was extracted (cheap path first). YES turns
-  the reward into 1 (``reward/judge_flips``); NO, a failure or a timeout keeps
-  the rule's 0.
-- ``judge_only``: the judge decides every item that has an extracted answer;
-  the rule verifier runs only for items whose judgement failed or timed out
-  (their fallback). With a user ``module:function`` reward, a YES scores 1.0
-  and a NO 0.0.
+- ``rule_then_judge``: the function's verdict first; the judge is asked only
+  where it gave <= 0 and an answer was extracted (cheap path first). YES turns
+  that score into 1 (``reward/judge_flips``); NO, a failure or a timeout keeps
+  it.
+- ``judge_only``: the judge decides every item that has an extracted answer
+  (YES 1.0, NO 0.0); the function runs only for items whose judgement failed
+  or timed out, or that have no answer (their fallback).
 
 Items without an extracted answer, or with one longer than
 ``max_answer_chars``, never reach the judge and score 0 under a built-in reward.
 
-``metrics()`` adds ``reward/judge_flips`` (rule 0 turned into 1 by the judge),
-``timing_s/reward_score`` (seconds inside ``score``) and
-``timing_s/reward_judge`` (seconds waiting for the judge) to the verifier's
-and the judge's ``reward/*`` counters.
+``metrics()`` adds ``reward/judge_flips``, ``timing_s/reward_score`` (seconds
+inside ``score``), ``timing_s/reward_judge`` (seconds waiting for the judge)
+and, per function, ``rewards/<name>/mean``, ``/std``, ``/errors`` and
+``rewards/<name>/<key>`` for extra dict keys, to the verifiers' (summed) and
+the judge's ``reward/*`` counters.
 """
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Sequence
 from typing import Any
 
 from ulorl.reward.config import RewardConfig
+from ulorl.reward.extract import ExtractorMap
 from ulorl.reward.judge import GenerativeVerifier, JudgeMode
 from ulorl.reward.overlong import apply_overlong_policy
-from ulorl.reward.registry import UserRewardFn
 from ulorl.reward.rule import RuleVerifier
+from ulorl.reward.terms import (ErrorWindow, RewardBatch, RewardTerm, TermResult, VerifierTerm, build_term,
+                                check_results)
 
 __all__ = ["RewardManager", "build_judge"]
 
@@ -68,28 +75,35 @@ class RewardManager:
     def __init__(self, cfg: RewardConfig) -> None:
         self.cfg = cfg
         self.mode = JudgeMode(cfg.judge)
+        self.extractors = ExtractorMap(cfg.extractors)
         self.judge = build_judge(cfg)  # first: a missing API key fails before workers start
+        kw = {"timeout_s": cfg.timeout_s, "num_workers": cfg.num_workers, "extractors": cfg.extractors,
+              "max_answer_chars": cfg.max_answer_chars, "startup_timeout_s": cfg.startup_timeout_s}
+        self.terms: list[RewardTerm] = []
         try:
-            self.verifier = RuleVerifier(
-                timeout_s=cfg.timeout_s,
-                num_workers=cfg.num_workers,
-                fn=cfg.fn,
-                extractors=cfg.extractors,
-                max_answer_chars=cfg.max_answer_chars,
-                startup_timeout_s=cfg.startup_timeout_s,
-            )
+            for f in cfg.functions():
+                self.terms.append(build_term(f.fn, name=str(f.name), weight=f.weight, style=f.style,
+                                             low=f.min, high=f.max, verifier_kw=kw))
         except BaseException:
-            if self.judge is not None:
-                self.judge.close()
+            self.close()
             raise
+        self.windows = [ErrorWindow(t.name, cfg.max_error_frac) for t in self.terms]
         self._lock = threading.Lock()
         self._extra = {"judge_flips": 0, "timing_s/reward_score": 0.0, "timing_s/reward_judge": 0.0}
         self._last: dict[str, float] = {}
+        self._stats: dict[str, list[float]] = {}  # metric -> [sum, sum of squares, count] since metrics()
+
+    @property
+    def verifier(self) -> RuleVerifier | None:
+        """The first term's rule verifier (``None`` when that term is not a verifier)."""
+        t = self.terms[0] if self.terms else None
+        return t.verifier if isinstance(t, VerifierTerm) else None
 
     # -- lifecycle -----------------------------------------------------------------
     def close(self) -> None:
         """Stop workers and judge threads (idempotent)."""
-        self.verifier.close()
+        for t in getattr(self, "terms", []):
+            t.close()
         if self.judge is not None:
             self.judge.close()
 
@@ -101,7 +115,12 @@ class RewardManager:
 
     # -- metrics -------------------------------------------------------------------
     def _totals(self) -> dict[str, float]:
-        totals: dict[str, float] = dict(self.verifier.counters)
+        totals: dict[str, float] = {}
+        for t in self.terms:  # several verifiers (e.g. rule + a verl function): counters add up
+            for k, v in t.counters().items():
+                totals[k] = totals.get(k, 0) + v
+        for k in ("items", "timeouts", "errors", "too_long", "no_answer", "fast_path", "worker_restarts"):
+            totals.setdefault(f"reward/{k}", 0)
         if self.judge is not None:
             totals.update(self.judge.counters)
         else:
@@ -110,15 +129,30 @@ class RewardManager:
             totals["reward/judge_flips"] = self._extra["judge_flips"]
             totals["timing_s/reward_score"] = self._extra["timing_s/reward_score"]
             totals["timing_s/reward_judge"] = self._extra["timing_s/reward_judge"]
+        for t, w in zip(self.terms, self.windows, strict=True):
+            totals[f"rewards/{t.name}/errors"] = w.total
         return totals
 
     def metrics(self) -> dict[str, float]:
-        """Counters and timings accumulated since the previous call."""
+        """Counters and timings accumulated since the previous call, and per-function means over that span:
+        ``rewards/<name>/mean`` and ``/std`` (samples the function scored) and ``rewards/<name>/<key>`` for each
+        numeric extra key its dicts returned."""
         totals = self._totals()
         with self._lock:
             delta = {k: float(v) - float(self._last.get(k, 0.0)) for k, v in totals.items()}
             self._last = totals
+            for key, (s, sq, n) in self._stats.items():
+                delta[key] = s / n
+                if key.endswith("/mean"):
+                    delta[key[: -len("mean")] + "std"] = math.sqrt(max(sq / n - (s / n) ** 2, 0.0))
+            self._stats = {}
         return delta
+
+    def _observe(self, key: str, value: float) -> None:
+        acc = self._stats.setdefault(key, [0.0, 0.0, 0])
+        acc[0] += value
+        acc[1] += value * value
+        acc[2] += 1
 
     # -- scoring -------------------------------------------------------------------
     def score(
@@ -127,26 +161,38 @@ class RewardManager:
         ground_truths: Sequence[str],
         data_sources: Sequence[str] | None = None,
         extra_infos: Sequence[dict | None] | None = None,
+        prompts: Sequence[str | None] | None = None,
     ) -> list[float]:
-        """One reward per response (see the module docstring for the judge modes)."""
+        """One reward per response: ``sum(weight * score)`` over the functions (a score of None counts 0).
+
+        The judge (module docstring) applies to the first function. Raises :class:`RewardValueError` for a
+        non-finite or out-of-range reward and :class:`RewardFunctionError` when a function keeps failing."""
         start = time.perf_counter()
+        batch = RewardBatch.of(responses, ground_truths, data_sources, extra_infos, prompts)
+        totals = [0.0] * len(batch)
         judge_s = 0.0
-        if self.mode is JudgeMode.JUDGE_ONLY:
-            rewards, judge_s = self._score_judge_only(responses, ground_truths, data_sources, extra_infos)
-        else:
-            verdicts = self.verifier.score_detailed(responses, ground_truths, data_sources, extra_infos)
-            rewards = [v.score for v in verdicts]
-            if self.mode is JudgeMode.RULE_THEN_JUDGE:
-                if isinstance(self.verifier.fn, UserRewardFn):  # extract only for the judge
-                    preds = self.verifier.extract(responses, data_sources)
+        try:
+            for k, (term, window) in enumerate(zip(self.terms, self.windows, strict=True)):
+                if k == 0 and self.mode is JudgeMode.JUDGE_ONLY:
+                    results, judge_s = self._score_judge_only(term, batch)
                 else:
-                    preds = [v.prediction for v in verdicts]
-                todo = [i for i, (r, p) in enumerate(zip(rewards, preds)) if r <= 0 and self._judgeable(p)]
-                judge_s = self._judge_failed(todo, preds, ground_truths, extra_infos, rewards)
-        with self._lock:
-            self._extra["timing_s/reward_score"] += time.perf_counter() - start
-            self._extra["timing_s/reward_judge"] += judge_s
-        return rewards
+                    results = term.score(batch)
+                    if k == 0 and self.mode is JudgeMode.RULE_THEN_JUDGE:
+                        judge_s = self._judge_failed(batch, results)
+                check_results(term, results, batch)
+                window.update(results, batch)
+                with self._lock:
+                    for i, r in enumerate(results):
+                        if r.score is not None:
+                            totals[i] += term.weight * r.score
+                            self._observe(f"rewards/{term.name}/mean", r.score)
+                        for key, v in r.extras.items():
+                            self._observe(f"rewards/{term.name}/{key}", v)
+        finally:
+            with self._lock:
+                self._extra["timing_s/reward_score"] += time.perf_counter() - start
+                self._extra["timing_s/reward_judge"] += judge_s
+        return totals
 
     def apply_overlong(self, rewards: Any, lengths: Any, truncated: Any, max_len: int) -> tuple[Any, Any]:
         """:func:`apply_overlong_policy` with this config's policy and buffer."""
@@ -157,50 +203,50 @@ class RewardManager:
     def _judgeable(self, pred: str | None) -> bool:
         return bool(pred) and len(pred) <= self.cfg.max_answer_chars  # type: ignore[arg-type]
 
-    def _judge_failed(self, todo, preds, ground_truths, extra_infos, rewards) -> float:
-        """rule_then_judge: a YES on item ``i`` in ``todo`` sets ``rewards[i] = 1``; returns seconds."""
-        if not todo or self.judge is None:
+    def _predictions(self, batch: RewardBatch) -> list[str | None]:
+        """Extracted answers for the judge (the same extractor map the rule verifier uses)."""
+        return [self.extractors.extract(r, s) for r, s in zip(batch.responses, batch.data_sources, strict=True)]
+
+    def _judge_failed(self, batch: RewardBatch, results: list[TermResult]) -> float:
+        """rule_then_judge: a YES where the first function gave <= 0 sets that score to 1; returns seconds."""
+        if self.judge is None:
+            return 0.0
+        preds = self._predictions(batch)
+        todo = [i for i, (r, p) in enumerate(zip(results, preds)) if (r.score or 0.0) <= 0 and self._judgeable(p)]
+        if not todo:
             return 0.0
         start = time.perf_counter()
-        questions = [_question(extra_infos, i) for i in todo]
-        verdicts = self.judge.judge([preds[i] for i in todo], [str(ground_truths[i]) for i in todo], questions)
+        verdicts = self.judge.judge([preds[i] for i in todo], [str(batch.ground_truths[i]) for i in todo],
+                                    [_question(batch.extra_infos, i) for i in todo])
         flips = 0
         for i, v in zip(todo, verdicts, strict=True):
-            if v:  # NO, failure (None) and timeout keep the rule's verdict
-                rewards[i] = 1.0
+            if v:  # NO, failure (None) and timeout keep the function's verdict
+                results[i] = TermResult(1.0, results[i].extras, None, preds[i])
                 flips += 1
         with self._lock:
             self._extra["judge_flips"] += flips
         return time.perf_counter() - start
 
-    def _score_judge_only(self, responses, ground_truths, data_sources, extra_infos) -> tuple[list[float], float]:
-        n = len(responses)
-        if len(ground_truths) != n:
-            raise ValueError(f"{n} responses but {len(ground_truths)} ground_truths")
-        preds = self.verifier.extract(responses, data_sources)
+    def _score_judge_only(self, term: RewardTerm, batch: RewardBatch) -> tuple[list[TermResult], float]:
+        """judge_only: the judge decides items with an answer; the function scores only the rest."""
+        preds = self._predictions(batch)
         todo = [i for i, p in enumerate(preds) if self._judgeable(p)]
-        rewards: list[float | None] = [None] * n
+        results: list[TermResult | None] = [None] * len(batch)
         start = time.perf_counter()
         verdicts = self.judge.judge(  # type: ignore[union-attr]
             [preds[i] for i in todo],
-            [str(ground_truths[i]) for i in todo],
-            [_question(extra_infos, i) for i in todo],
+            [str(batch.ground_truths[i]) for i in todo],
+            [_question(batch.extra_infos, i) for i in todo],
         )
         judge_s = time.perf_counter() - start
         for i, v in zip(todo, verdicts, strict=True):
             if v is not None:
-                rewards[i] = 1.0 if v else 0.0
-        fallback = [i for i in range(n) if rewards[i] is None]
+                results[i] = TermResult(1.0 if v else 0.0, prediction=preds[i])
+        fallback = [i for i in range(len(batch)) if results[i] is None]
         if fallback:
-            sub = self.verifier.score(
-                [responses[i] for i in fallback],
-                [ground_truths[i] for i in fallback],
-                [data_sources[i] for i in fallback] if data_sources is not None else None,
-                [extra_infos[i] for i in fallback] if extra_infos is not None else None,
-            )
-            for i, s in zip(fallback, sub, strict=True):
-                rewards[i] = s
-        return rewards, judge_s  # type: ignore[return-value]
+            for i, r in zip(fallback, term.score(batch.subset(fallback)), strict=True):
+                results[i] = r
+        return results, judge_s  # type: ignore[return-value]
 
 
 def _question(extra_infos: Sequence[dict | None] | None, i: int) -> str:

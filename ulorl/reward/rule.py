@@ -18,8 +18,10 @@ all parse. Math-verify's own ``signal.alarm`` timeouts are switched off inside
 the workers (``parsing_timeout=None``, ``timeout_seconds=None``): they fail
 outside the main thread and cannot stop C code; the parent's kill does both.
 
-With a user ``module:function`` reward, steps 1-2 are skipped: the function
-receives the whole response in a worker, under the same deadline.
+With a user verl-style reward (``module:function`` or ``file.py:function``),
+steps 1-2 are skipped: the function receives the whole response in a worker,
+under the same deadline, and its ``(score, extras)`` come back in the
+:class:`Verdict` unchecked (``terms.py`` checks them and names the function).
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from __future__ import annotations
 import re
 import threading
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
@@ -120,11 +122,16 @@ class Status(str, Enum):
 
 @dataclass(frozen=True)
 class Verdict:
-    """Score of one response, the extracted answer (``None`` for user functions) and why."""
+    """Score of one response, the extracted answer (``None`` for user functions) and why.
+
+    ``extras`` holds the numeric extra keys a user function returned in its dict;
+    ``error`` the exception text when the item failed (``status`` ERROR)."""
 
     score: float
     prediction: str | None
     status: Status
+    extras: dict = field(default_factory=dict)
+    error: str | None = None
 
 
 _COUNTERS = ("items", "timeouts", "errors", "too_long", "no_answer", "fast_path", "worker_restarts")
@@ -173,7 +180,7 @@ class RuleVerifier:
         self._pool: WorkerPool | None = None
         if self.fn != BuiltinReward.EXACT:
             if isinstance(self.fn, UserRewardFn):
-                warmup = [("ulorl.reward.pool:resolve_function", (str(self.fn),))]
+                warmup = [("ulorl.reward.registry:load_function", (str(self.fn),))]
             else:
                 warmup = [("ulorl.reward.rule:warmup", ())]
             self._pool = WorkerPool(num_workers, timeout_s, warmup=warmup, memory_mb=memory_mb,
@@ -304,9 +311,11 @@ class RuleVerifier:
 
     def _from_outcome(self, o, pred: str | None) -> Verdict:
         if o.status == OK:
+            if isinstance(o.value, tuple):  # a user function: (score, extras); checked by the caller
+                return Verdict(float(o.value[0]), pred, Status.OK, dict(o.value[1]))
             return Verdict(float(o.value), pred, Status.OK)
         if o.status == TIMEOUT:
             self._count("timeouts")
-            return Verdict(0.0, pred, Status.TIMEOUT)
+            return Verdict(0.0, pred, Status.TIMEOUT, error=o.error)
         self._count("errors")
-        return Verdict(0.0, pred, Status.ERROR)
+        return Verdict(0.0, pred, Status.ERROR, error=o.error)

@@ -1,0 +1,163 @@
+"""User reward functions: file paths, verl and TRL styles, weights, extra metrics, range and failure checks."""
+
+import textwrap
+
+import pytest
+
+from ulorl.config_loader import ConfigError, build
+from ulorl.reward import (RewardConfig, RewardFnConfig, RewardFunctionError, RewardManager, RewardStyle,
+                          RewardValueError)
+from ulorl.reward.registry import check_signature, detect_style, load_function
+
+USER_CODE = textwrap.dedent(
+    """
+    import math
+
+    def verl_score(data_source, solution_str, ground_truth, extra_info=None):
+        return {"score": float(ground_truth in solution_str), "acc": ground_truth in solution_str, "pred": "text"}
+
+    def trl_length(completions, ground_truth, **kwargs):
+        # 1 for a completion shorter than 10 characters, None (does not apply) when the hint column says "skip"
+        return [None if h == "skip" else float(len(c) < 10) for c, h in zip(completions, kwargs["hint"])]
+
+    def too_big(completions, **kwargs):
+        return [1.1 for _ in completions]
+
+    def nan_reward(data_source, solution_str, ground_truth, extra_info=None):
+        return math.nan
+
+    def broken(completions, **kwargs):
+        raise KeyError("solution")
+
+    def mostly_broken(data_source, solution_str, ground_truth, extra_info=None):
+        if solution_str != "ok":
+            raise ValueError("cannot parse " + solution_str)
+        return 1.0
+
+    def needs_solution(completions, solution, **kwargs):
+        return [0.0 for _ in completions]
+
+    def ambiguous(a, b):
+        return 0.0
+    """
+)
+
+
+@pytest.fixture
+def user_file(tmp_path):
+    """A reward file in a folder that is NOT on sys.path: only the file-path form can load it."""
+    path = tmp_path / "rewards_dir" / "my_reward.py"
+    path.parent.mkdir()
+    path.write_text(USER_CODE)
+    return str(path)
+
+
+def test_file_path_loads_and_styles_are_detected(user_file):
+    verl = load_function(f"{user_file}:verl_score")
+    trl = load_function(f"{user_file}:trl_length")
+    assert detect_style(verl) is RewardStyle.VERL and detect_style(trl) is RewardStyle.BATCH
+    with pytest.raises(ValueError, match="cannot tell how to call.*declare"):
+        detect_style(load_function(f"{user_file}:ambiguous"))
+    assert detect_style(load_function(f"{user_file}:ambiguous"), "verl") is RewardStyle.VERL
+    with pytest.raises(ValueError, match=r"requires \['solution'\].*passes"):
+        check_signature(load_function(f"{user_file}:needs_solution"), RewardStyle.BATCH, "needs_solution")
+    with pytest.raises(ValueError, match="must accept"):
+        check_signature(lambda x: 0.0, RewardStyle.VERL, "one_arg")
+
+
+def test_config_checks_import_and_signature_at_construction(user_file):
+    # the issue's report: a file path failed with "No module named '<dir>/my_reward'"
+    assert RewardConfig(fn=f"{user_file}:verl_score").fn.endswith(":verl_score")
+    with pytest.raises(ValueError, match=r"reward\.fn: cannot load.*no_such"):
+        RewardConfig(fn=f"{user_file}:no_such")
+    with pytest.raises(ValueError, match="no such file"):
+        RewardConfig(fn="missing_dir/nope.py:f")
+    with pytest.raises(ValueError, match=r"reward\.fns\[needs_solution\]\.fn.*requires \['solution'\]"):
+        RewardConfig(fns=[RewardFnConfig(f"{user_file}:needs_solution")])
+    with pytest.raises(ValueError, match="either reward.fn"):
+        RewardConfig(fn="exact", fns=[RewardFnConfig("rule")])
+    with pytest.raises(ValueError, match="appear twice"):
+        RewardConfig(fns=[RewardFnConfig("exact"), RewardFnConfig("exact")])
+    with pytest.raises(ValueError, match="max_error_frac"):
+        RewardConfig(max_error_frac=1.5)
+    # YAML / dotted overrides build the list of functions through the typed loader
+    cfg = build(RewardConfig, {"fns": [{"fn": "exact", "weight": 2}, {"fn": f"{user_file}:trl_length",
+                                                                        "name": "short", "max": 1}]})
+    assert [(f.name, f.weight, f.max) for f in cfg.fns] == [("exact", 2.0, None), ("short", 1.0, 1.0)]
+    with pytest.raises(ConfigError, match="reward.fns.*cannot load"):
+        build(RewardConfig, {"fns": [{"fn": f"{user_file}:nope"}]}, "reward.")
+
+
+def test_weighted_sum_per_function_metrics_and_extra_keys(user_file):
+    cfg = RewardConfig(fns=[RewardFnConfig("exact"),
+                            RewardFnConfig(f"{user_file}:trl_length", weight=0.5, name="short", min=0, max=1)])
+    with RewardManager(cfg) as rm:
+        rewards = rm.score([r"\boxed{4}", r"so \boxed{5}", r"\boxed{4}"], ["4", "4", "4"], ["a", "a", "a"],
+                           [{"hint": "x"}, {"hint": "x"}, {"hint": "skip"}])
+        m = rm.metrics()
+    # exact: [1, 0, 1]; short: r"\boxed{4}" has 9 characters -> 1, "so \boxed{5}" 12 -> 0, "skip" -> None (adds 0)
+    # totals = exact + 0.5 * short = [1 + 0.5, 0 + 0, 1 + 0]
+    assert rewards == [1.5, 0.0, 1.0]
+    assert m["rewards/exact/mean"] == pytest.approx(2 / 3)
+    assert m["rewards/short/mean"] == 0.5 and m["rewards/short/std"] == 0.5  # over the 2 samples it applied to
+    assert m["rewards/short/errors"] == 0.0
+    assert rm.metrics().get("rewards/short/mean") is None  # means cover the span since the previous call
+    with RewardManager(RewardConfig(fns=[RewardFnConfig(f"{user_file}:trl_length", weight=0.5, name="short")])) as rm:
+        # "abc" -> 1, "abcdefghijkl" -> 0, weighted by 0.5
+        assert rm.score(["abc", "abcdefghijkl"], ["", ""], None, [{"hint": "x"}, {"hint": "x"}]) == [0.5, 0.0]
+
+
+def test_verl_function_from_file_in_workers_logs_extra_keys(user_file):
+    with RewardManager(RewardConfig(fn=f"{user_file}:verl_score", num_workers=1)) as rm:
+        assert rm.score(["the result is 42", "no", "42"], ["42", "42", "42"], ["a", "b", "c"]) == [1.0, 0.0, 1.0]
+        m = rm.metrics()
+    # "acc" (a bool) is kept as a metric, "pred" (a string) is dropped
+    assert m["rewards/verl_score/acc"] == pytest.approx(2 / 3)
+    assert "rewards/verl_score/pred" not in m
+
+
+def test_out_of_range_and_non_finite_name_function_and_sample(user_file):
+    cfg = RewardConfig(fns=[RewardFnConfig(f"{user_file}:too_big", name="big", max=1.0)])
+    with RewardManager(cfg) as rm, pytest.raises(RewardValueError, match=r"'big' returned 1.1 for sample 0.*"
+                                                                     r"data_source 'src'.*\[None, 1.0\]"):
+        rm.score(["a"], ["1"], ["src"])
+    with RewardManager(RewardConfig(fns=[RewardFnConfig(f"{user_file}:too_big")])) as rm:
+        assert rm.score(["a"], ["1"]) == [1.1]  # no declared range: any finite value
+    from ulorl.reward.config import RewardFnConfig as F
+
+    def local_nan(data_source, solution_str, ground_truth, extra_info=None):
+        return float("nan")
+
+    with RewardManager(RewardConfig(fns=[F(local_nan)])) as rm, pytest.raises(RewardValueError, match="finite"):
+        rm.score(["a", "b"], ["1", "2"])
+
+
+def test_failing_function_stops_the_run_with_its_exception(user_file):
+    cfg = RewardConfig(fns=[RewardFnConfig(f"{user_file}:broken")])
+    with RewardManager(cfg) as rm, pytest.raises(RewardFunctionError,
+                                                  match=r"'broken' failed on 8 of its last 8.*KeyError: 'solution'"):
+        rm.score(["a"] * 8, ["1"] * 8)
+    # 1.0 never stops: failures score 0 and are counted
+    with RewardManager(RewardConfig(fns=[RewardFnConfig(f"{user_file}:broken")], max_error_frac=1.0)) as rm:
+        assert rm.score(["a"] * 8, ["1"] * 8) == [0.0] * 8
+        assert rm.metrics()["rewards/broken/errors"] == 8
+
+
+def test_failure_share_is_judged_over_recent_samples():
+    calls = []
+
+    def sometimes(data_source, solution_str, ground_truth, extra_info=None):
+        calls.append(solution_str)
+        if solution_str.startswith("bad"):
+            raise ValueError(f"cannot parse {solution_str}")
+        return 1.0
+
+    cfg = RewardConfig(fns=[RewardFnConfig(sometimes)], max_error_frac=0.5)
+    with RewardManager(cfg) as rm:
+        # 3 bad of 4 samples, but under 8 samples seen: not judged yet
+        assert rm.score(["bad1", "bad2", "bad3", "ok"], [""] * 4) == [0.0, 0.0, 0.0, 1.0]
+        # 4 more, 1 bad: 4 of 8 failed = 0.5, not more than 0.5 -> goes on
+        assert rm.score(["ok", "ok", "ok", "bad4"], [""] * 4) == [1.0, 1.0, 1.0, 0.0]
+        # one more bad: 5 of 9 > 0.5 -> stops, naming this batch's failing sample
+        with pytest.raises(RewardFunctionError, match=r"5 of its last 9.*sample 0.*cannot parse bad5"):
+            rm.score(["bad5"], [""])
