@@ -1,0 +1,99 @@
+"""The long-output built-in task `odometer` (ulorl/tasks/odometer.py) and the task registry."""
+
+import numpy as np
+import pytest
+
+from ulorl.models import build_tokenizer
+from ulorl.reward.extract import extract_answer
+from ulorl.tasks import BuiltinTask, task_rows
+from ulorl.tasks.odometer import DATA_SOURCE, TOKENS_PER_LINE, OdometerProblem, generate_problems, make_rows
+
+
+def test_worked_solution_by_hand():
+    # start 2, 3 steps: counters 3 2 1 0; x: 2, 2+2=4, 4+1=5, 5+0=5
+    p = OdometerProblem(start=2, steps=3)
+    assert p.prompt_text == "add start 2 steps 0 0 3"
+    assert p.solution_text() == "0 0 3 2 , 0 0 2 4 , 0 0 1 5 , 0 0 0 5 , answer 5"
+    assert p.answer == 5
+
+
+def test_borrow_across_tens():
+    # start 0, 12 steps: units digits of 11..0 are 1 0 9 8 7 6 5 4 3 2 1 0
+    # x: 0, 1, 1, 10->0, 8, 15->5, 11->1, 6, 10->0, 3, 5, 6, 6
+    p = OdometerProblem(start=0, steps=12)
+    assert [x for _, x in p.lines()] == [0, 1, 1, 0, 8, 5, 1, 6, 0, 3, 5, 6, 6]
+    assert p.solution_text().startswith("0 1 2 0 , 0 1 1 1 , 0 1 0 1 , 0 0 9 0 , 0 0 8 8 ,")
+    assert p.answer == 6
+
+
+def test_borrow_across_hundreds():
+    # 101 steps: the counter goes 101 -> 100 -> 099 (both lower digits borrow at once)
+    text = OdometerProblem(start=4, steps=101).solution_text()
+    assert text.startswith("1 0 1 4 , 1 0 0 4 , 0 9 9 3 ,")  # x: 4, 4+0=4, 4+9=13->3
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_answer_matches_closed_form(seed):
+    # x_n = (s + sum of (c mod 10) for c = 0..n-1) mod 10
+    for p in generate_problems(200, seed=seed):
+        assert p.answer == (p.start + sum(c % 10 for c in range(p.steps))) % 10
+
+
+def test_token_count_with_builtin_tokenizer():
+    tok = build_tokenizer()
+    for n in (1, 9, 10, 99, 100, 800):
+        p = OdometerProblem(start=7, steps=n)
+        toks = tok.tokenize(p.solution_text())
+        assert len(toks) == p.num_tokens == TOKENS_PER_LINE * (n + 1) + 2
+        assert toks[TOKENS_PER_LINE - 1 :: TOKENS_PER_LINE][: n + 1] == [","] * (n + 1)  # one `,` per line
+        assert tok.unk_token not in toks
+    assert len(tok.tokenize(OdometerProblem(start=0, steps=12).prompt_text)) == 7  # add start 0 steps 0 1 2
+
+
+def test_every_token_is_a_function_of_the_last_five():
+    # The design claim: after line 0, the next token depends only on the previous
+    # TOKENS_PER_LINE tokens, so a small model never needs to look far back.
+    seen: dict[tuple[str, ...], str] = {}
+    for p in generate_problems(300, seed=3, max_size=250):
+        toks = p.solution_text().split() + ["<eos>"]
+        for i in range(2 * TOKENS_PER_LINE, len(toks)):
+            window = tuple(toks[i - TOKENS_PER_LINE : i])
+            assert seen.setdefault(window, toks[i]) == toks[i], window
+    assert len(seen) > 1000  # many distinct contexts were checked
+
+
+def test_generator_is_deterministic():
+    a, b = make_rows(50, seed=11), make_rows(50, seed=11)
+    assert a == b
+    assert make_rows(50, seed=12) != a
+
+
+def test_length_distribution_is_long_tailed():
+    # answer lengths (tokens incl. EOS) of 20,000 default-law problems: tens to thousands, max/mean >= 8
+    lengths = np.array([p.num_tokens + 1 for p in generate_problems(20_000, seed=0)])
+    assert np.median(lengths) < 50
+    assert lengths.max() == TOKENS_PER_LINE * 801 + 3  # the cap, n = 800
+    assert lengths.max() / lengths.mean() >= 8
+    assert (lengths >= 1000).sum() >= 20  # the tail is not a handful of samples
+
+
+def test_rows_use_verl_schema_and_are_scored_by_the_builtin_extractor():
+    rows = task_rows(BuiltinTask.ODOMETER.value, 20, seed=5, split="eval")
+    assert rows == make_rows(20, seed=5, split="eval")
+    for r in rows:
+        assert r["data_source"] == DATA_SOURCE
+        assert r["prompt"][0]["role"] == "user"
+        assert r["reward_model"]["ground_truth"] == extract_answer(r["extra_info"]["solution"])
+        assert r["extra_info"]["solution"].count(",") == r["extra_info"]["size"] + 1
+
+
+def test_registry_rejects_unknown_tasks_naming_the_valid_ones():
+    with pytest.raises(ValueError, match="builtin:chain.*builtin:odometer"):
+        task_rows("builtin:nope", 1, seed=0)
+
+
+def test_problem_bounds():
+    with pytest.raises(ValueError):
+        OdometerProblem(start=0, steps=1000)
+    with pytest.raises(ValueError):
+        generate_problems(1, seed=0, max_size=1000)

@@ -1,0 +1,124 @@
+"""The built-in long-output task `odometer`: a 3-digit counter rolls down to 000
+while a running digit adds the counter's units digit; answers run from tens to
+thousands of tokens, with a heavy tail.
+
+Problem: `add start s steps h t u` (n = 100h + 10t + u steps, s in 0..9).
+Worked solution: n + 1 lines of five tokens, `h t u x ,`, then `answer x_n`:
+
+    line 0:  the digits of n and x_0 = s            (copied from the prompt)
+    line k:  the digits of c_k = n - k and x_k = (x_{k-1} + (c_k mod 10)) mod 10
+
+so `add start 2 steps 0 0 3` is answered by
+
+    0 0 3 2 , 0 0 2 4 , 0 0 1 5 , 0 0 0 5 , answer 5
+
+A correct response has 5n + 7 tokens plus EOS (n = 800: 4,007).
+
+Why this shape (and not `chain` with larger n): `chain`'s step adds a counter that
+runs up to n, so a step at counter 40 uses an addition-table entry that short
+problems never show, and the counter is a single token whose successor must be
+recalled for every value up to n. Here every line restates the whole state
+(counter digits and running digit), so each token is a function of the previous
+line and of tokens earlier in its own line: a fixed look-back of at most four
+positions, the same at token 20 as at token 4,000. Every table involved has ten
+rows (decrement a digit, borrow on 0, add two digits mod 10), and the units digit
+cycles through all ten values even in short problems, so the rules are seen
+uniformly at every length; what a long answer adds is only more chances to slip.
+The answer still depends on every line: one wrong digit anywhere shifts x_n
+(or the line count) and the answer is wrong, unless errors cancel by chance.
+
+The line separator `,` marks where a line starts, so the model never has to count
+positions to know which of the four slots it is writing.
+
+Sizes follow `chain`'s truncated discrete Pareto law (`sample_size`), here on
+n in [2, 800] with alpha = 1.0 by default: answer lengths have a median in the
+tens, a p90 in the low hundreds and a maximum of about 4,000 tokens (max/mean
+above 20; see docs/task.md for the measured figures).
+
+Rows use verl's schema, like `chain`: `data_source = "ulorl/odometer"`, `prompt`
+(chat messages), `reward_model.ground_truth`, `extra_info` (split, index, size,
+worked `solution`). The reward is the `builtin` extractor's: the token after the
+last `answer`.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ulorl.tasks.chain import sample_size
+
+DATA_SOURCE = "ulorl/odometer"
+MAX_STEPS = 999  # three counter digits
+TOKENS_PER_LINE = 5  # h t u x ,
+
+
+@dataclass(frozen=True)
+class OdometerProblem:
+    start: int  # x_0, 0..9
+    steps: int  # n, 1..999
+
+    def __post_init__(self) -> None:
+        if not 0 <= self.start <= 9 or not 1 <= self.steps <= MAX_STEPS:
+            raise ValueError(f"need start in 0..9 and steps in 1..{MAX_STEPS}, got {self.start}, {self.steps}")
+
+    def lines(self) -> list[tuple[int, int]]:
+        """(counter c_k, running digit x_k) for k = 0..n."""
+        out, x = [(self.steps, self.start)], self.start
+        for c in range(self.steps - 1, -1, -1):
+            x = (x + c % 10) % 10
+            out.append((c, x))
+        return out
+
+    @property
+    def answer(self) -> int:
+        return self.lines()[-1][1]
+
+    @property
+    def prompt_text(self) -> str:
+        return f"add start {self.start} steps {_digits(self.steps)}"
+
+    def solution_text(self) -> str:
+        """`h t u x ,` per line, then `answer x_n`."""
+        body = " ".join(f"{_digits(c)} {x} ," for c, x in self.lines())
+        return f"{body} answer {self.answer}"
+
+    @property
+    def num_tokens(self) -> int:
+        """Tokens of the worked solution with the built-in tokenizer, without EOS."""
+        return TOKENS_PER_LINE * (self.steps + 1) + 2
+
+
+def _digits(c: int) -> str:
+    return " ".join(f"{c:03d}")
+
+
+def generate_problems(
+    n: int, seed: int, alpha: float = 1.0, min_size: int = 2, max_size: int = 800
+) -> list[OdometerProblem]:
+    """`n` problems, fully determined by `seed` and the size law."""
+    if not 1 <= min_size <= max_size <= MAX_STEPS:
+        raise ValueError(f"need 1 <= min_size <= max_size <= {MAX_STEPS}, got {min_size}, {max_size}")
+    rng = np.random.default_rng(seed)
+    probs = []
+    for _ in range(n):
+        size = sample_size(rng, alpha, min_size, max_size)
+        probs.append(OdometerProblem(start=int(rng.integers(10)), steps=size))
+    return probs
+
+
+def to_row(p: OdometerProblem, index: int, split: str) -> dict:
+    """A dataset row in verl's schema."""
+    return {
+        "data_source": DATA_SOURCE,
+        "prompt": [{"role": "user", "content": p.prompt_text}],
+        "ability": "reasoning",
+        "reward_model": {"style": "rule", "ground_truth": str(p.answer)},
+        "extra_info": {"split": split, "index": index, "size": p.steps, "solution": p.solution_text()},
+    }
+
+
+def make_rows(n: int, seed: int, split: str = "train", **size_law) -> list[dict]:
+    """`n` rows of the task; `size_law` forwards alpha/min_size/max_size."""
+    return [to_row(p, i, split) for i, p in enumerate(generate_problems(n, seed, **size_law))]
