@@ -108,9 +108,12 @@ def build(cls: type, data: dict, prefix: str = "") -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
     if unknown:
+        from ulorl.config_hints import unknown_key_hint  # did-you-mean and verl's key names
+
+        hint = unknown_key_hint(prefix, unknown[0], data[unknown[0]], sorted(fields))
         raise ConfigError(
-            f"unknown config key {prefix}{unknown[0]}; valid keys under '{prefix.rstrip('.') or 'top level'}': "
-            f"{', '.join(sorted(fields))}"
+            f"unknown config key {prefix}{unknown[0]}{hint}; valid keys under "
+            f"'{prefix.rstrip('.') or 'top level'}': {', '.join(sorted(fields))}"
         )
     kwargs = {name: _coerce(v, hints[name], prefix + name) for name, v in data.items()}
     try:
