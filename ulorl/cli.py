@@ -155,6 +155,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_plan_arguments(pn)
     pn.set_defaults(func=run_plan)
 
+    from ulorl.show import add_show_arguments, run_show
+
+    sh = sub.add_parser("show", help="print the samples of a training step (text, reward, segments, versions)",
+                        description="Print what the model wrote at one step of a `ulorl train` run, group by "
+                        "group, from its samples.jsonl: reward, length, stop reason, segments and their versions.")
+    add_show_arguments(sh)
+    sh.set_defaults(func=run_show)
+
     cf = sub.add_parser("config", help="print the resolved configuration", description="Print the resolved "
                         "config (preset + overrides) as YAML, validating every key.")
     _add_config_args(cf)

@@ -203,12 +203,16 @@ class LoggingConfig:
     progress: bool = True  # tqdm progress bars
     table_every: int = 10  # print a metrics table every N steps (console logger)
     wandb_project: str = "ulorl"
+    # decoded response text per line of samples.jsonl (its start and end kept); 0: no text, null: all of it
+    sample_text_chars: int | None = 2000
 
     def __post_init__(self) -> None:
         from ulorl.logging import LoggerName
 
         for name in self.loggers:
             _choice("logging.loggers", name, list(LoggerName))
+        if self.sample_text_chars is not None:
+            _positive("logging.sample_text_chars", self.sample_text_chars, allow_zero=True)
 
 
 @dataclass

@@ -116,7 +116,8 @@ class TrainSession:
         (self.run_dir / "config.yaml").write_text(dump_yaml(cfg))
         self.loggers = make_loggers(cfg.logging.loggers, self.run_dir, table_every=cfg.logging.table_every,
                                     project=cfg.logging.wandb_project, resume_step=resume_step, config=to_dict(cfg))
-        self.samples = SampleLog(self.run_dir / "samples.jsonl", resume_step)
+        self.samples = SampleLog(self.run_dir / "samples.jsonl", resume_step, text_chars=cfg.logging.sample_text_chars,
+                                 decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True))
 
     # -- resume --------------------------------------------------------------------------------
     def _find_checkpoint(self, resume: str | None) -> dict | None:
