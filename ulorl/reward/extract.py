@@ -19,8 +19,19 @@ an extractor name (`ExtractorMap`). The built-ins:
   empty).
 - ``builtin``: the format of the built-in synthetic task, whose responses end
   with ``answer X``: the token after the last (lower-case) word ``answer``.
+- ``gsm8k``: GSM8K's format: the rest of the line after the last ``####``
+  (``#### 1,234`` -> ``1,234``); else the ``default`` chain; else the last
+  number of the response (``last_number``).
+- ``last_number``: the last number in the response (``-3``, ``1,234.5``,
+  ``3/4``), for models that end with "... so she pays 42 dollars.".
 - ``default``: the chain boxed -> answer_colon -> builtin; the first
   extractor that finds something wins.
+
+Data sources with a well-known format get their extractor unless the
+configuration maps them (``SOURCE_EXTRACTORS``: ``gsm8k`` and
+``openai/gsm8k`` -> ``gsm8k``). The last-number fallback is never used for
+other sources: on a long reasoning trace the last number is often not the
+answer.
 
 Every extractor returns ``None`` when it finds nothing; an empty box returns
 ``""`` (callers treat both as "no answer").
@@ -40,6 +51,8 @@ __all__ = [
     "extract_answer_colon",
     "extract_boxed",
     "extract_builtin",
+    "extract_gsm8k",
+    "extract_last_number",
     "get_extractor",
     "register_extractor",
 ]
@@ -53,6 +66,8 @@ class Extractor(str, Enum):
     BOXED = "boxed"
     ANSWER_COLON = "answer_colon"
     BUILTIN = "builtin"
+    GSM8K = "gsm8k"
+    LAST_NUMBER = "last_number"
     DEFAULT = "default"
 
 
@@ -63,6 +78,9 @@ _ANSWER_COLON_RE = re.compile(r"(?i)\banswer\b\**\s*[:\uff1a]\**")
 _BUILTIN_RE = re.compile(r"\banswer\b")
 _TOKEN_RE = re.compile(r"[ \t\r\n]+(\S+)")
 _TRAILING_PUNCT = ".,;:!?"
+_HASHES_RE = re.compile(r"####[ \t]*([^\n]*)")
+# a number: sign, digits with optional thousands commas, decimals, an optional "/denominator"
+_NUMBER_RE = re.compile(r"[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)(?:\.\d+)?(?:/\d+)?")
 
 
 def _match_braces(text: str, opens: set[int]) -> dict[int, int]:
@@ -150,12 +168,38 @@ def _extract_default(text: str) -> str | None:
     return None
 
 
+def extract_last_number(text: str) -> str | None:
+    """The last number in ``text`` (``1,234.5``, ``-3``, ``3/4``); a sentence's final period is not a decimal."""
+    last = None
+    for last in _NUMBER_RE.finditer(text):
+        pass
+    return last.group() if last is not None else None
+
+
+def extract_gsm8k(text: str) -> str | None:
+    """GSM8K: the line after the last ``####``, else the default chain, else the last number."""
+    last = None
+    for last in _HASHES_RE.finditer(text):
+        pass
+    if last is not None:
+        ans = _clean_line_answer(last.group(1))
+        if ans:
+            return ans
+    ans = _extract_default(text)
+    return ans if ans is not None else extract_last_number(text)
+
+
 EXTRACTORS: dict[str, ExtractorFn] = {
     Extractor.BOXED.value: extract_boxed,
     Extractor.ANSWER_COLON.value: extract_answer_colon,
     Extractor.BUILTIN.value: extract_builtin,
+    Extractor.GSM8K.value: extract_gsm8k,
+    Extractor.LAST_NUMBER.value: extract_last_number,
     Extractor.DEFAULT.value: _extract_default,
 }
+
+SOURCE_EXTRACTORS: dict[str, str] = {"gsm8k": Extractor.GSM8K.value, "openai/gsm8k": Extractor.GSM8K.value}
+"""Extractors for data sources with a well-known answer format (a configured mapping overrides these)."""
 
 
 def register_extractor(name: str, fn: ExtractorFn, *, overwrite: bool = False) -> None:
@@ -193,7 +237,8 @@ class ExtractorMap:
         default: str = Extractor.DEFAULT.value,
     ) -> None:
         self._default = get_extractor(default)
-        self._by_source = {src: get_extractor(name) for src, name in (mapping or {}).items()}
+        merged = {**SOURCE_EXTRACTORS, **(mapping or {})}
+        self._by_source = {src: get_extractor(name) for src, name in merged.items()}
 
     def for_source(self, data_source: str | None) -> ExtractorFn:
         """The extractor function for ``data_source``."""

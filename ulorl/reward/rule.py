@@ -5,12 +5,17 @@
 1. extraction of the final answer in the trainer process (``extract.py``,
    linear time; the extractor is chosen by data source);
 2. cheap checks: no answer -> 0 (``reward/no_answer``); an answer longer than
-   ``max_answer_chars`` -> 0 (``reward/too_long``); the answer equal to the
-   reference after normalisation (strip, drop whitespace and ``$``) -> 1
-   without math-verify (``reward/fast_path``);
-3. otherwise ``math_verify.verify(parse(gold), parse(pred))`` (gold first) in
-   the worker pool (``pool.py``) with a hard per-item deadline; a timeout or an
-   exception scores 0 and is counted (``reward/timeouts``, ``reward/errors``).
+   ``max_answer_chars`` -> 0 (``reward/too_long``);
+3. normalisation of the answer and of each accepted form of the reference
+   (``normalize.py``: units and counted nouns, ``\\text{}``, money, degrees,
+   thousands separators, sympy syntax, "X, or equivalently Y"); a form whose
+   unit differs from the answer's is ruled out; the answer equal to a form
+   after that (whitespace and ``$`` dropped) -> 1, two plain numbers are
+   compared exactly, both without math-verify (``reward/fast_path``);
+4. otherwise ``math_verify.verify(parse(gold), parse(pred))`` (gold first) for
+   each remaining form, in the worker pool (``pool.py``) with a hard per-item
+   deadline; a timeout or an exception scores 0 and is counted
+   (``reward/timeouts``, ``reward/errors``).
 
 Both strings are parsed as ``\\boxed{...}`` content, as verl does for the
 reference, so bare LaTeX (``\\frac12``), plain expressions (``1/2``) and sets
@@ -34,12 +39,13 @@ from enum import Enum
 from typing import Any
 
 from ulorl.reward.extract import ExtractorMap
+from ulorl.reward.normalize import gold_alternatives, normalize, units_conflict
 from ulorl.reward.pool import OK, TIMEOUT, WorkerPool
 from ulorl.reward.registry import BuiltinReward, UserRewardFn, parse_reward_fn
 
-__all__ = ["RuleVerifier", "Status", "Verdict", "math_equal", "normalize_answer"]
+__all__ = ["RuleVerifier", "Status", "Verdict", "math_equal", "math_equal_any", "normalize_answer"]
 
-_MATH_EQUAL_REF = "ulorl.reward.rule:math_equal"
+_MATH_EQUAL_REF = "ulorl.reward.rule:math_equal_any"
 _USER_FN_REF = "ulorl.reward.registry:call_user_fn"
 _mv = None  # math_verify module, imported on first use
 
@@ -62,6 +68,26 @@ def normalize_answer(s: str) -> str:
     return "".join(s.split()).replace("$", "")
 
 
+_PARSE_CONFIG: list | None = None
+
+
+def _parse_config() -> list:
+    """Math-verify's LaTeX + expression extraction, with its unit stripping off: it reads ``3t`` as 3 (tonnes)
+    and ``-36 m`` as -36 (metres), so ``3t`` equalled ``3``. Units are handled by ``normalize.py`` instead."""
+    global _PARSE_CONFIG
+    if _PARSE_CONFIG is None:
+        from math_verify.parser import NormalizationConfig
+
+        norm = NormalizationConfig(basic_latex=True, units=False, malformed_operators=True, nits=True, boxed="all")
+        _PARSE_CONFIG = [_mv.LatexExtractionConfig(normalization_config=norm), _mv.ExprExtractionConfig()]
+    return _PARSE_CONFIG
+
+
+def math_equal_any(pred: str, golds: list[str]) -> float:
+    """1.0 when ``pred`` is equivalent to any of ``golds`` (a ground truth's accepted forms), else 0.0."""
+    return 1.0 if any(math_equal(pred, g) for g in golds) else 0.0
+
+
 def math_equal(pred: str, gold: str) -> float:
     """1.0 when ``pred`` is equivalent to ``gold`` by math-verify, else 0.0.
 
@@ -78,7 +104,7 @@ def math_equal(pred: str, gold: str) -> float:
         math_verify.parser.TIMEOUT_WARNING_SHOWN = True
         math_verify.grader.TIMEOUT_WARNING_SHOWN = True
         _mv = math_verify
-    cfg = [_mv.LatexExtractionConfig(), _mv.ExprExtractionConfig()]
+    cfg = _parse_config()
     gold_parsed = _mv.parse("\\boxed{" + gold + "}", cfg, parsing_timeout=None)
     if not gold_parsed:
         return 0.0
@@ -279,7 +305,7 @@ class RuleVerifier:
     def _score_builtin(self, responses, ground_truths, data_sources) -> list[Verdict]:
         preds = self.extract(responses, data_sources)
         verdicts: list[Verdict | None] = [None] * len(preds)
-        todo: list[int] = []
+        todo: dict[int, tuple[str, list[str]]] = {}
         for i, (pred, gold) in enumerate(zip(preds, ground_truths, strict=True)):
             if not pred:
                 verdicts[i] = Verdict(0.0, pred, Status.NO_ANSWER)
@@ -287,27 +313,41 @@ class RuleVerifier:
             elif len(pred) > self.max_answer_chars:
                 verdicts[i] = Verdict(0.0, pred, Status.TOO_LONG)
                 self._count("too_long")
-            elif self.fast_path or self.fn == BuiltinReward.EXACT:
-                if normalize_answer(pred) == normalize_answer(str(gold)):
-                    verdicts[i] = Verdict(1.0, pred, Status.FAST)
-                    self._count("fast_path")
-                elif self.fn == BuiltinReward.EXACT:
-                    verdicts[i] = Verdict(0.0, pred, Status.OK)
-                elif (same := plain_numbers_equal(pred, str(gold))) is not None:
-                    # two plain numbers: "3" vs "7", "0.50" vs "0.5" need no math-verify round trip
-                    verdicts[i] = Verdict(float(same), pred, Status.FAST)
-                    self._count("fast_path")
-                else:
-                    todo.append(i)
             else:
-                todo.append(i)
+                verdict, left = self._settle(pred, str(gold))
+                if verdict is not None:
+                    verdicts[i] = verdict
+                else:
+                    todo[i] = left
         if todo:
             assert self._pool is not None
-            items = [(preds[i], str(ground_truths[i])) for i in todo]
+            items = list(todo.values())
             outcomes = self._pool.map(_MATH_EQUAL_REF, items, self.chunk_size)
             for i, o in zip(todo, outcomes, strict=True):
                 verdicts[i] = self._from_outcome(o, preds[i])
         return verdicts  # type: ignore[return-value]
+
+    def _settle(self, pred: str, gold: str) -> tuple[Verdict | None, tuple[str, list[str]]]:
+        """Decide ``pred`` against ``gold`` without math-verify when possible (normalised strings, plain numbers).
+
+        Returns ``(verdict, ())`` or ``(None, (pred_text, gold_texts))`` for the workers: the normalised answer and
+        the ground truth's accepted forms that are still open (units that conflict rule a form out)."""
+        p = normalize(pred)
+        forms = [normalize(g) for g in gold_alternatives(gold)] or [normalize(gold)]
+        forms = [g for g in forms if not units_conflict(p, g)]
+        if not forms:
+            return Verdict(0.0, pred, Status.FAST if self.fast_path else Status.OK), ("", [])
+        if self.fast_path or self.fn == BuiltinReward.EXACT:
+            if any(normalize_answer(p.text) == normalize_answer(g.text) for g in forms):
+                self._count("fast_path")
+                return Verdict(1.0, pred, Status.FAST), ("", [])
+            if self.fn == BuiltinReward.EXACT:
+                return Verdict(0.0, pred, Status.OK), ("", [])
+            same = [plain_numbers_equal(p.text, g.text) for g in forms]
+            if all(x is not None for x in same):  # plain numbers: "3" vs "7" needs no math-verify round trip
+                self._count("fast_path")
+                return Verdict(float(any(same)), pred, Status.FAST), ("", [])
+        return None, (p.text, [g.text for g in forms])
 
     def _from_outcome(self, o, pred: str | None) -> Verdict:
         if o.status == OK:
