@@ -160,6 +160,9 @@ class TrainConfig:
     micro_batch_tokens: int = 512  # padded tokens per micro-batch (length-sorted; 2048 padded 19%: benchmarks.md)
     logit_chunk: int = 1024  # positions per chunk of the log-prob/entropy pass
     max_rounds_per_step: int = 64  # rollout rounds without a full batch before giving up
+    # rounds in a row that complete groups but admit none (dynamic sampling) before the run stops with a stall
+    # report (stall_report.json); null: train.max_rounds_per_step
+    max_stall_rounds: int | None = None
     max_bad_steps: int = 5  # consecutive non-finite updates that stop the run
     eval_every: int = 0  # evaluate on the held-out split every N steps (0: only before/after)
     seed: int = 0
@@ -175,6 +178,8 @@ class TrainConfig:
         _choice("train.autocast", self.autocast, ["none", "bfloat16", "float16"])
         _positive("train.grad_clip", self.grad_clip, allow_zero=True)
         _positive("train.eval_every", self.eval_every, allow_zero=True)
+        if self.max_stall_rounds is not None:
+            _positive("train.max_stall_rounds", self.max_stall_rounds)
         _positive("train.weight_decay", self.weight_decay, allow_zero=True)
         _device_name("train.device", self.device)
 

@@ -21,6 +21,7 @@ from ulorl.evaluation.metrics import paired_difference
 from ulorl.reward import apply_overlong_policy
 from ulorl.rollout.segment import SampleError
 from ulorl.session import TrainSession, say
+from ulorl.stall import StallError, StallWatch  # noqa: F401  (StallError: the CLI's one-line user error)
 from ulorl.trajectory import Trajectory
 
 
@@ -60,12 +61,15 @@ def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
 
 def train_step(s: TrainSession) -> dict:
     t0, acc = time.time(), Counter()
-    n_groups = s.cfg.train.train_groups
+    n_groups, tc = s.cfg.train.train_groups, s.cfg.train
+    stall_limit = tc.max_stall_rounds or tc.max_rounds_per_step
+    watch = StallWatch(s.step + 1, lambda ids: s.tokenizer.decode(ids, skip_special_tokens=True), say)
     while s.experience.num_ready() < n_groups:
-        if acc["rounds"] >= s.cfg.train.max_rounds_per_step:
-            raise RuntimeError(f"step {s.step}: no full batch of {n_groups} groups after {acc['rounds']} rollout "
-                               "rounds; dynamic sampling dropped almost every group (all rewards equal). Use a "
-                               "warmer start, an easier dataset, or algo.dynamic_sampling=false.")
+        if acc["rounds"] >= tc.max_rounds_per_step or watch.idle_rounds >= stall_limit:
+            why = (f"no group admitted in {watch.idle_rounds} rollout rounds in a row (train.max_stall_rounds="
+                   f"{stall_limit})" if watch.idle_rounds >= stall_limit else f"no full batch of {n_groups} groups "
+                   f"after {acc['rounds']} rollout rounds (train.max_rounds_per_step={tc.max_rounds_per_step})")
+            raise watch.fail(s.run_dir, acc["rounds"], why, s.cfg.algo.dynamic_sampling)
         tg = time.time()
         res = s.rollout.round(s.unfinished, s.version, s.step)
         acc.update(rounds=1, new_prompts=res.new_prompts, reprefill=res.reprefill_tokens,
@@ -73,7 +77,8 @@ def train_step(s: TrainSession) -> dict:
         acc["max_staleness"] = max(acc["max_staleness"], res.max_staleness)
         tr = time.time()
         score(s, res.finished)
-        admit(s, res.finished, acc)
+        completed, admitted = admit(s, res.finished, acc, watch)
+        watch.end_round(completed, admitted, stall_limit)
         acc["reward_s"] += time.time() - tr
     groups = s.experience.take(n_groups)
     batch = [t for g in groups for t in g]
@@ -121,19 +126,29 @@ def score(s: TrainSession, finished: list[Trajectory]) -> None:
         t.reward = float(r)
 
 
-def admit(s: TrainSession, finished: list[Trajectory], acc: Counter) -> None:
-    """Finished samples join their group; complete groups pass dynamic sampling or are dropped."""
+def admit(s: TrainSession, finished: list[Trajectory], acc: Counter, watch: StallWatch | None = None
+          ) -> tuple[int, int]:
+    """Finished samples join their group; complete groups pass dynamic sampling or are dropped.
+
+    Returns (groups completed, groups admitted)."""
+    completed = admitted = 0
     for t in finished:
         group = s.experience.add(t)
         if group is None:
             continue
+        completed += 1
         rewards = torch.tensor([g.reward for g in group])
-        if s.cfg.algo.dynamic_sampling and not bool(dynamic_sampling(rewards, [g.group_id for g in group]).any()):
+        ok = not s.cfg.algo.dynamic_sampling or bool(dynamic_sampling(rewards, [g.group_id for g in group]).any())
+        if ok:
+            s.experience.admit(group)
+            admitted += 1
+        else:
             s.samples.write(group, s.step + 1, "dropped", "all_rewards_equal")
             s.counters["dropped_groups"] += 1
             acc["dropped_groups"] += 1
-        else:
-            s.experience.admit(group)
+        if watch is not None:
+            watch.record(group, ok)
+    return completed, admitted
 
 
 def step_metrics(s: TrainSession, batch: list[Trajectory], m: dict, acc: Counter, update_s: float,

@@ -1,0 +1,93 @@
+"""Stalls: a step whose groups never pass dynamic sampling ends with a report and a one-line error."""
+
+import json
+
+import pytest
+
+from ulorl.cli import main
+from ulorl.config import load_run_config
+from ulorl.rollout.engines.scripted import ScriptedEngine
+from ulorl.session import TrainSession
+from ulorl.stall import NOTE_EVERY, StallError
+from ulorl.trainer import train_step
+
+
+class ConstantReward:
+    def __init__(self, value: float) -> None:
+        self.value = value
+
+    def score(self, responses, ground_truths, data_sources, extra_infos=None):
+        return [self.value] * len(responses)
+
+    def metrics(self):
+        return {}
+
+    def close(self):
+        pass
+
+
+def session(tmp_path, reward, overrides):
+    cfg = load_run_config(None, ["model.warm_start=none", "data.eval=null", "data.train_size=50",
+                                 "logging.progress=false", "logging.loggers=[jsonl]", "rollout.max_response_len=16",
+                                 "rollout.num_segments=2", "rollout.group_size=2", "rollout.decode_batch=4",
+                                 "train.train_groups=1", *overrides])
+    s = TrainSession(cfg, tmp_path / "run")
+    s.engine = ScriptedEngine([3, 5, 4, 6], eos_id=s.tokenizer.eos_token_id)  # short answers: groups finish
+    s.rollout.engine = s.engine
+    s.reward.close()
+    s.reward = reward
+    return s
+
+
+def test_all_wrong_stalls_with_report_and_hint(tmp_path, capsys):
+    s = session(tmp_path, ConstantReward(0.0), [f"train.max_stall_rounds={NOTE_EVERY + 2}"])
+    try:
+        with pytest.raises(StallError) as e:
+            train_step(s)
+    finally:
+        s.close()
+    msg = str(e.value)
+    assert "\n" not in msg and msg.startswith(f"step 1: no group admitted in {NOTE_EVERY + 2} rollout rounds")
+    assert "Hint: no answer was scored right" in msg
+    report = json.loads((tmp_path / "run" / "stall_report.json").read_text())
+    assert report["step"] == 1 and report["idle_rounds"] == NOTE_EVERY + 2
+    assert report["problems"] and all(p["rewards"] == [0.0, 0.0] and not p["admitted"] for p in report["problems"])
+    assert report["reward_counts"] == {"0.0": 2 * len(report["problems"])}
+    first = report["problems"][0]
+    assert first["ground_truth"] and first["prompt"] and "response" in first
+    err = capsys.readouterr().out
+    assert f"{NOTE_EVERY} rollout rounds without an admitted group" in err  # the progress line: never silent
+    assert "stalled after" in err and f"ground truth {first['ground_truth']!r}" in err
+
+
+def test_all_right_gets_the_too_easy_hint(tmp_path):
+    s = session(tmp_path, ConstantReward(1.0), ["train.max_stall_rounds=2"])
+    try:
+        with pytest.raises(StallError, match="too easy"):
+            train_step(s)
+    finally:
+        s.close()
+
+
+def test_mixed_rewards_do_not_stall(tmp_path, fake_reward):
+    s = session(tmp_path, fake_reward, ["train.max_stall_rounds=4"])
+    try:
+        for _ in range(5):  # reward = parity of a hash of the text: groups often differ; admitting resets the count
+            train_step(s)
+    except StallError:
+        pytest.fail("a step with admitted groups stalled")
+    finally:
+        s.close()
+    assert not (tmp_path / "run" / "stall_report.json").exists()
+
+
+def test_cli_prints_one_line_error(tmp_path, capsys):
+    """The random tiny model never answers right: `ulorl train` ends with one line, no traceback."""
+    code = main(["train", "-o", str(tmp_path / "run"), "model.warm_start=none", "data.eval=null",
+                 "data.train_size=20", "logging.progress=false", "logging.loggers=[jsonl]", "reward.fn=exact",
+                 "rollout.max_response_len=4", "rollout.num_segments=1", "rollout.group_size=2",
+                 "rollout.decode_batch=4", "train.train_groups=1", "train.max_stall_rounds=2"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code != 0 and len(err) == 1
+    assert err[0].startswith("ulorl train: error: step 1: no group admitted in 2 rollout rounds") and "Hint:" in err[0]
+    assert "Traceback" not in "\n".join(err)
