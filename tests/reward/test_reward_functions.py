@@ -72,7 +72,7 @@ def test_config_checks_import_and_signature_at_construction(user_file):
         RewardConfig(fn=f"{user_file}:no_such")
     with pytest.raises(ValueError, match="no such file"):
         RewardConfig(fn="missing_dir/nope.py:f")
-    with pytest.raises(ValueError, match=r"reward\.fns\[needs_solution\]\.fn.*requires \['solution'\]"):
+    with pytest.raises(ValueError, match=r"fn: .*requires \['solution'\]"):
         RewardConfig(fns=[RewardFnConfig(f"{user_file}:needs_solution")])
     with pytest.raises(ValueError, match="either reward.fn"):
         RewardConfig(fn="exact", fns=[RewardFnConfig("rule")])
@@ -84,7 +84,7 @@ def test_config_checks_import_and_signature_at_construction(user_file):
     cfg = build(RewardConfig, {"fns": [{"fn": "exact", "weight": 2}, {"fn": f"{user_file}:trl_length",
                                                                         "name": "short", "max": 1}]})
     assert [(f.name, f.weight, f.max) for f in cfg.fns] == [("exact", 2.0, None), ("short", 1.0, 1.0)]
-    with pytest.raises(ConfigError, match="reward.fns.*cannot load"):
+    with pytest.raises(ConfigError, match=r"^reward\.fns\[0\]\.fn: cannot load"):
         build(RewardConfig, {"fns": [{"fn": f"{user_file}:nope"}]}, "reward.")
 
 

@@ -11,6 +11,7 @@ from ulorl.data.config import DataConfig
 from ulorl.data.loaders import load_source
 from ulorl.evaluation.config import EvalConfig
 from ulorl.evaluation.evaluate import EvalResult, evaluate
+from ulorl.reward.cli_args import add_reward_arguments, reward_config_from_args
 
 _DEFAULTS = {f.name: f.default for f in fields(EvalConfig) if f.name != "pass_k"}
 
@@ -38,7 +39,10 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--on-bad-row", default="error", help="error | skip")
     parser.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--engine", default=None, help="torch | hf | vllm (default: rollout.engine of --config, "
+                        "else torch)")
     parser.add_argument("--trust-remote-code", action="store_true")
+    add_reward_arguments(parser)  # --config / --reward: the same reward settings as training (judge included)
     return parser
 
 
@@ -46,12 +50,27 @@ def _name(source: str) -> str:
     return source if source.startswith("builtin:") else Path(source).name
 
 
+def _engine_name(args: argparse.Namespace) -> str:
+    if args.engine:
+        return args.engine
+    if args.config:
+        import yaml
+
+        engine = ((yaml.safe_load(Path(args.config).read_text()) or {}).get("rollout") or {}).get("engine")
+        if engine:
+            return str(engine)
+    from ulorl.config import RolloutConfig
+
+    return RolloutConfig().engine
+
+
 def run_eval(args: argparse.Namespace) -> int:
     """Evaluate `args.model` on every `args.data` source; write results.json and report.md."""
     from ulorl.models import eos_token_ids, load_model, load_tokenizer
-    from ulorl.reward import RewardConfig, RewardManager
-    from ulorl.rollout.engines import HFEngine
+    from ulorl.reward import RewardManager
+    from ulorl.rollout.engines.registry import build_engine
 
+    reward_cfg = reward_config_from_args(args)  # a bad function fails here, before any model loads
     cfg = EvalConfig(k=args.k, temperature=args.temperature, top_p=args.top_p, top_k=args.top_k,
                      max_new_tokens=args.max_new_tokens, num_problems=args.num_problems, pass_k=list(args.pass_k),
                      seed=args.seed, batch_size=args.batch_size)
@@ -66,10 +85,10 @@ def run_eval(args: argparse.Namespace) -> int:
         print(report.summary())
         sets[_name(source)] = records
     model = load_model(args.model, dtype=args.dtype, trust_remote_code=args.trust_remote_code, device=args.device)
-    engine = HFEngine(model, pad_id=tokenizer.pad_token_id, eos_ids=eos_token_ids(model, tokenizer),
-                      max_batch=args.batch_size)
+    engine = build_engine(_engine_name(args), model, tokenizer, eos_token_ids(model, tokenizer),
+                          max_batch=args.batch_size, model_path=args.model, seed=args.seed)
     results: dict[str, EvalResult] = {}
-    with RewardManager(RewardConfig()) as rm:
+    with RewardManager(reward_cfg) as rm:
         for name, records in sets.items():
             results[name] = evaluate(engine, tokenizer, records, cfg, rm.score, name=name)
             s = results[name].summary

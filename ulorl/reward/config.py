@@ -76,14 +76,14 @@ class RewardFnConfig:
 
     def __post_init__(self) -> None:
         if self.style not in _choices(RewardStyle):
-            raise ValueError(f"reward.fns style={self.style!r} is not valid; allowed: {_choices(RewardStyle)}")
+            raise ValueError(f"style={self.style!r} is not valid; allowed: {_choices(RewardStyle)}")
         if not math.isfinite(self.weight):
-            raise ValueError(f"reward.fns weight must be finite, got {self.weight}")
+            raise ValueError(f"weight must be finite, got {self.weight}")
         if self.min is not None and self.max is not None and self.min > self.max:
-            raise ValueError(f"reward.fns min={self.min} > max={self.max}")
+            raise ValueError(f"min={self.min} > max={self.max}")
         if self.name is None:
             self.name = default_name(self.fn)
-        check_fn(self.fn, self.style, f"reward.fns[{self.name}].fn")
+        check_fn(self.fn, self.style, "fn")
 
 
 @dataclass
