@@ -202,8 +202,23 @@ def load_config(cls: type, path: str | Path | None = None, overrides: list[str] 
 
 
 def to_dict(cfg: Any) -> dict:
-    """A dataclass tree as plain dicts (for YAML/JSON)."""
-    return dataclasses.asdict(cfg)
+    """A dataclass tree as plain dicts (for YAML/JSON).
+
+    A callable (a reward function passed in code, `ulorl.api`) is written as its `module:qualname`
+    reference (loadable back when its module is importable) or, for other callable objects, a description."""
+    return _plain(dataclasses.asdict(cfg))
+
+
+def _plain(value: Any) -> Any:
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if callable(value):
+        if isinstance(value, (types.FunctionType, types.BuiltinFunctionType)):
+            return f"{value.__module__}:{value.__qualname__}"
+        return f"<{type(value).__module__}.{type(value).__qualname__} object>"
+    return value
 
 
 def dump_yaml(cfg: Any) -> str:

@@ -1,0 +1,151 @@
+"""The Python API: build a config in code, pass reward functions as objects, train, get the summary.
+
+In the manner of TRL's `GRPOTrainer(model=..., reward_funcs=..., args=..., train_dataset=...)`:
+
+    from ulorl.api import Trainer, make_config
+
+    def correct(data_source, solution_str, ground_truth, extra_info=None):   # verl style, per sample
+        return float(solution_str.strip().endswith(ground_truth))
+
+    cfg = make_config("configs/demo.yaml", {"train.steps": 20, "rollout.num_segments": 4})
+    summary = Trainer(cfg, reward_funcs=correct, train_dataset=rows, output_dir="runs/api").train()
+
+Reward functions are Python callables of either style the CLI accepts: verl's
+`fn(data_source, solution_str, ground_truth, extra_info)` called per sample, or TRL's
+batch `fn(completions, **columns) -> list[float]` (detected from the signature, see
+docs/rewards.md). Several functions are summed with `reward_weights`, each logged
+under its own metric. Deviation from the CLI: a callable runs in this process
+(no worker pool, so no per-item deadline; a name like `module:function` still runs
+in the killable workers). Datasets may be paths (one or a list, mixed formats) or
+rows (an iterable of dicts, e.g. a `datasets.Dataset`), written to the run folder
+as JSONL so that the run can be resumed and audited like a CLI run.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from ulorl.config import RunConfig, build, check_runnable, load_run_config, to_dict
+from ulorl.config_loader import ConfigError, deep_merge, parse_overrides
+from ulorl.reward.config import RewardFnConfig
+
+__all__ = ["RunConfig", "Trainer", "make_config"]
+
+Dataset = str | Path | Sequence[str | Path] | Iterable[Mapping[str, Any]]
+
+
+def make_config(preset: str | Path | None = None, overrides: Mapping[str, Any] | Sequence[str] | None = None,
+                ) -> RunConfig:
+    """A validated `RunConfig`: a YAML preset (optional) plus overrides.
+
+    `overrides` is a mapping of dotted keys (`{"rollout.num_segments": 4}`), a nested mapping
+    (`{"rollout": {"num_segments": 4}}`), or CLI-style strings (`["rollout.num_segments=4"]`).
+    Unknown keys and bad values raise `ConfigError` as on the command line."""
+    if overrides is None or isinstance(overrides, (list, tuple)):
+        return load_run_config(preset, list(overrides or []))
+    nested: dict = {}
+    for key, value in overrides.items():
+        node = nested
+        *parents, leaf = str(key).split(".")
+        for p in parents:
+            node = node.setdefault(p, {})
+        node[leaf] = deep_merge(node[leaf], value) if isinstance(value, dict) and isinstance(
+            node.get(leaf), dict) else value
+    base = to_dict(load_run_config(preset)) if preset is not None else {}
+    return build(RunConfig, deep_merge(base, nested))
+
+
+class Trainer:
+    """One UloRL training run configured in code.
+
+    Args:
+        config: a `RunConfig` (`make_config(...)`); default: the built-in defaults.
+        reward_funcs: a callable, a name (`rule`, `exact`, `module:function`, `path.py:function`), or a
+            list of them; None keeps the config's reward.
+        reward_weights: one weight per reward function (default 1 each).
+        train_dataset / eval_dataset: a path, a list of paths, or rows (dicts with a prompt and an answer,
+            in any layout the loaders accept); None keeps the config's data. `eval_dataset=False`: no
+            held-out evaluation.
+        output_dir: the run folder (default `runs/api-<timestamp>`).
+        resume: None (fresh run), "auto" or a checkpoint folder, as `ulorl train --resume`.
+    """
+
+    def __init__(self, config: RunConfig | None = None, *, reward_funcs: Any = None,
+                 reward_weights: Sequence[float] | None = None, train_dataset: Dataset | None = None,
+                 eval_dataset: Dataset | bool | None = None, output_dir: str | Path | None = None,
+                 resume: str | None = None) -> None:
+        self.run_dir = Path(output_dir) if output_dir else Path("runs") / f"api-{time.strftime('%Y%m%d-%H%M%S')}"
+        cfg = config if config is not None else RunConfig()
+        if reward_funcs is not None:
+            cfg = dataclasses.replace(cfg, reward=_with_rewards(cfg.reward, reward_funcs, reward_weights))
+        data = {}
+        if train_dataset is not None:
+            data["train"] = self._source(train_dataset, "train")
+        if eval_dataset is False:
+            data["eval"] = None
+        elif eval_dataset is not None and eval_dataset is not True:
+            data["eval"] = self._source(eval_dataset, "eval")
+        if data:
+            try:
+                cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **data))
+            except ValueError as e:
+                raise ConfigError(str(e)) from None
+        self.config = cfg
+        self.resume = resume
+        self.summary: dict | None = None
+
+    def _source(self, dataset: Dataset, split: str) -> str | list[str]:
+        """A path or list of paths as given; rows are written once to `<run>/data/<split>.jsonl`."""
+        if isinstance(dataset, (str, Path)):
+            return str(dataset)
+        items = list(dataset)  # type: ignore[arg-type]
+        if items and all(isinstance(x, (str, Path)) for x in items):
+            return [str(x) for x in items]
+        if not all(isinstance(x, Mapping) for x in items):
+            raise TypeError(f"{split}_dataset: give a path, a list of paths, or rows (dicts); got "
+                            f"{type(items[0]).__name__ if items else 'an empty list'}")
+        if not items:
+            raise ValueError(f"{split}_dataset has no rows")
+        path = self.run_dir / "data" / f"{split}.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "w", encoding="utf-8") as f:
+            for row in items:
+                f.write(json.dumps(dict(row), ensure_ascii=False, default=str) + "\n")
+        return str(path)
+
+    def train(self) -> dict:
+        """Run training to `train.steps` (or until stopped); return the summary `ulorl train` prints.
+
+        The summary (`steps`, `trained_samples`, `eval_before`, `eval_after`, `eval_paired`, `entropy`,
+        `segments_hist`, `run_dir`) is also written to `<run>/summary.json`."""
+        from ulorl.trainer import train
+
+        check_runnable(self.config)
+        self.summary = train(self.config, self.run_dir, resume=self.resume)
+        (self.run_dir / "summary.json").write_text(json.dumps(self.summary, indent=1))
+        return self.summary
+
+
+def _with_rewards(reward, funcs: Any, weights: Sequence[float] | None):
+    """`reward` with `fns` set to the given functions (a single one: weight 1)."""
+    funcs = list(funcs) if isinstance(funcs, (list, tuple)) else [funcs]
+    weights = list(weights) if weights is not None else [1.0] * len(funcs)
+    if len(weights) != len(funcs):
+        raise ConfigError(f"reward_weights has {len(weights)} values for {len(funcs)} reward functions")
+    if not funcs:
+        raise ConfigError("reward_funcs is empty: give at least one reward function")
+    try:
+        fns = [f if isinstance(f, RewardFnConfig) else RewardFnConfig(fn=f, weight=float(w))
+               for f, w in zip(funcs, weights)]
+        names = [f.name for f in fns]
+        for i, f in enumerate(fns):  # two lambdas share a name: number them so each metric is its own
+            if names.count(f.name) > 1:
+                f.name = f"{f.name}_{i}"
+        return dataclasses.replace(reward, fn="rule", fns=fns)
+    except (ValueError, TypeError) as e:
+        raise ConfigError(f"reward_funcs: {e}") from None
