@@ -18,7 +18,7 @@ from tqdm.auto import tqdm
 from ulorl.algo import dynamic_sampling
 from ulorl.config import RunConfig
 from ulorl.evaluation.metrics import paired_difference
-from ulorl.reward import apply_overlong_policy
+from ulorl.reward import RewardError, apply_overlong_policy
 from ulorl.rollout.segment import SampleError
 from ulorl.session import TrainSession, say
 from ulorl.stall import StallError, StallWatch  # noqa: F401  (StallError: the CLI's one-line user error)
@@ -114,8 +114,12 @@ def score(s: TrainSession, finished: list[Trajectory]) -> None:
     if not finished:
         return
     texts = s.tokenizer.batch_decode([t.response_tokens for t in finished], skip_special_tokens=True)
+    prompts = s.tokenizer.batch_decode([t.prompt_tokens for t in finished], skip_special_tokens=True)
     try:
-        raw = s.reward.score(texts, [t.ground_truth for t in finished], [t.data_source for t in finished])
+        raw = s.reward.score(texts, [t.ground_truth for t in finished], [t.data_source for t in finished],
+                             prompts=prompts)
+    except RewardError:  # a reward function's own fault: its message names the function, sample and fix
+        raise
     except Exception as e:
         raise SampleError(f"step {s.step + 1}: reward scoring", finished, e) from e
     rewards, _ = apply_overlong_policy(

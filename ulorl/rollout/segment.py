@@ -41,6 +41,8 @@ class RoundResult:
     reprefill_tokens: int  # response tokens of continued samples, prefilled again under new weights
     max_staleness: int  # max over finished samples of (version now - version of their first segment)
     decode_slots: int  # batch rows x decode iterations of this round
+    prefill_tokens: int = 0  # prefix tokens the engine prefilled (prompts + re-prefilled responses)
+    prefill_padded_tokens: int = 0  # the same, padding included (engines that pad: hf)
 
 
 class SegmentRollout:
@@ -70,6 +72,8 @@ class SegmentRollout:
         ]
         batch = continued + fresh
         reprefill = sum(t.response_len for t in continued)
+        st = self.engine.stats
+        pre0, pad0 = st.prefill_tokens, st.prefill_padded_tokens
         try:
             outs = self.engine.generate([t.prompt_tokens + t.response_tokens for t in batch], self.segment_len,
                                         self.params, seed=self.seed * 1_000_003 + self.rounds)
@@ -93,7 +97,8 @@ class SegmentRollout:
         iterations = max((len(o.tokens) for o in outs), default=0)
         return RoundResult(finished=finished, new_prompts=len(draws), continued=len(continued),
                            decoded_tokens=decoded, reprefill_tokens=reprefill, max_staleness=staleness,
-                           decode_slots=len(batch) * iterations)
+                           decode_slots=len(batch) * iterations, prefill_tokens=self.engine.stats.prefill_tokens - pre0,
+                           prefill_padded_tokens=self.engine.stats.prefill_padded_tokens - pad0)
 
     def state_dict(self) -> dict:
         return {"rounds": self.rounds}

@@ -56,7 +56,8 @@ class EngineStats:
     decode_iterations: int = 0
     decode_slots: int = 0  # batch rows x decode iterations
     useful_tokens: int = 0  # sampled tokens that belong to a live sample
-    prefill_tokens: int = 0
+    prefill_tokens: int = 0  # real prefix tokens prefilled
+    prefill_padded_tokens: int = 0  # tokens the prefill computed, padding included (== prefill_tokens when packed)
     extra: dict = field(default_factory=dict)
 
 
@@ -78,5 +79,22 @@ class Engine(Protocol):
 
 
 class EngineName(str, Enum):
-    HF = "hf"
-    VLLM = "vllm"
+    TORCH = "torch"  # default: continuous batching over a slot KV cache, CPU and CUDA (torch_engine.py)
+    HF = "hf"  # transformers' generate-style loop: any causal LM, slower at long outputs (hf.py)
+    VLLM = "vllm"  # GPU (vllm.py)
+
+
+def check_prefixes(prefixes: list[list[int]], max_new_tokens: int) -> None:
+    """The argument checks every engine's `generate` makes."""
+    if max_new_tokens < 1:
+        raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    if any(len(p) == 0 for p in prefixes):
+        raise ValueError("every prefix needs at least one token")
+
+
+def load_weights(model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> None:
+    """Load `state_dict` into `model`, at no cost when it holds the model's own tensors (shared weights)."""
+    own = model.state_dict()
+    if all(own[k].data_ptr() == v.data_ptr() for k, v in state_dict.items() if k in own):
+        return
+    model.load_state_dict(state_dict, strict=False)

@@ -1,10 +1,12 @@
-"""The Hugging Face engine (CPU default): batched sampling with a KV cache.
+"""The Hugging Face engine (`rollout.engine=hf`): the model's own forward with a `DynamicCache`.
 
-One Python iteration per decode step for the whole batch (no per-sample loops in
-the hot path). Prefixes are left-padded; rows that hit EOS leave the batch (their
-KV-cache rows are dropped), so a long tail does not keep paying for finished rows.
-Weights are *shared* with the learner by default (same module, zero-copy sync);
-`sync_weights` loads a state dict when the engine owns a separate copy.
+Kept for architectures the default torch engine does not implement (it runs any
+transformers causal LM). Its costs, measured in docs/benchmarks.md: the cache grows by
+concatenation and every row attends over the padded batch width, so time per token
+grows with output length; prefixes are left-padded to the longest one (re-prefilled
+continued samples pay for the padding: `EngineStats.prefill_padded_tokens`); a batch
+runs until its longest row ends (rows that hit EOS leave it, but no waiting prefix takes
+their place). Weights are shared with the learner (zero-copy) or loaded by `sync_weights`.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import inspect
 import torch
 from transformers import DynamicCache, PreTrainedModel
 
-from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams
+from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams, check_prefixes, load_weights
 from ulorl.rollout.engines.sampling import sample_tokens
 
 
@@ -35,19 +37,13 @@ class HFEngine:
 
     def sync_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Copy the learner's weights in (no-op cost when they are the same tensors)."""
-        own = self.model.state_dict()
-        if all(own[k].data_ptr() == v.data_ptr() for k, v in state_dict.items() if k in own):
-            return
-        self.model.load_state_dict(state_dict, strict=False)
+        load_weights(self.model, state_dict)
 
     @torch.no_grad()
     def generate(
         self, prefixes: list[list[int]], max_new_tokens: int, params: SamplingParams, seed: int | None = None
     ) -> list[GenerationOutput]:
-        if max_new_tokens < 1:
-            raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-        if any(len(p) == 0 for p in prefixes):
-            raise ValueError("every prefix needs at least one token")
+        check_prefixes(prefixes, max_new_tokens)
         gen = None
         if seed is not None:
             gen = torch.Generator().manual_seed(seed)
@@ -77,6 +73,7 @@ class HFEngine:
                          **{self._cache_kw: cache})
         logits = out.logits[:, -1]
         self.stats.prefill_tokens += int(lens.sum())
+        self.stats.prefill_padded_tokens += B * P
 
         tokens = torch.full((B, max_new_tokens), self.pad_id, dtype=torch.long, device=device)
         logps = torch.zeros((B, max_new_tokens), device=device)

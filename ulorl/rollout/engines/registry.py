@@ -6,6 +6,11 @@ from collections.abc import Callable
 
 from ulorl.rollout.engines.base import Engine, EngineName
 from ulorl.rollout.engines.hf import HFEngine
+from ulorl.rollout.engines.torch_engine import TorchEngine
+
+
+def _torch(model, tokenizer, eos_ids: list[int], **kw) -> Engine:
+    return TorchEngine(model, eos_ids, max_batch=kw.get("max_batch", 256), kv_cache_gib=kw.get("kv_cache_gib", 4.0))
 
 
 def _hf(model, tokenizer, eos_ids: list[int], **kw) -> Engine:
@@ -20,7 +25,8 @@ def _vllm(model, tokenizer, eos_ids: list[int], **kw) -> Engine:
                              model_cfg=kw.get("model_cfg"), seed=kw.get("seed", 0))
 
 
-ENGINES: dict[EngineName, Callable[..., Engine]] = {EngineName.HF: _hf, EngineName.VLLM: _vllm}
+ENGINES: dict[EngineName, Callable[..., Engine]] = {EngineName.TORCH: _torch, EngineName.HF: _hf,
+                                                     EngineName.VLLM: _vllm}
 
 
 def build_engine(name: str, model, tokenizer, eos_ids: list[int], **kw) -> Engine:

@@ -225,6 +225,7 @@ class VLLMEngine:
         self.stats.decode_slots += len(results) * iterations
         self.stats.useful_tokens += sum(lengths)
         self.stats.prefill_tokens += sum(len(p) for p in prefixes)
+        self.stats.prefill_padded_tokens += sum(len(p) for p in prefixes)  # vLLM packs prefills: no padding
         self.stats.extra["generate_calls"] += 1
         self.stats.extra["cached_prompt_tokens"] += sum(int(getattr(o, "num_cached_tokens", 0) or 0) for o in outs)
 

@@ -1,0 +1,190 @@
+"""The torch engine (default): the engine contract, continuous batching, the KV budget.
+
+Reference values come from other code paths: the learner's own log-prob computation
+(`Learner.forward` on the full sequence), the HF engine (greedy tokens) and plain
+`torch.argmax` / `topk` over the model's logits.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ulorl.config import AlgoConfig, TrainConfig
+from ulorl.learner import Learner, make_micro_batches
+from ulorl.models import load_model, load_tokenizer
+from ulorl.rollout.engines import HFEngine, SamplingParams, TorchEngine
+from ulorl.rollout.engines.decoder import UnsupportedModelError
+from ulorl.rollout.engines.kv_cache import KVCacheBudgetError
+from ulorl.trajectory import Trajectory
+
+T = 0.7
+
+
+@pytest.fixture(scope="module")
+def fresh(tiny_model_dir):
+    """The built-in model as created (logits of a realistic scale)."""
+    return load_tokenizer(str(tiny_model_dir)), load_model(str(tiny_model_dir))
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    """The built-in model with its weights shaken (seeded): the fresh model's greedy output repeats one token,
+    this one's depends on the whole context, so a wrong K/V anywhere changes the tokens."""
+    tok, model = load_tokenizer(str(tiny_model_dir)), load_model(str(tiny_model_dir))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.3)
+    return tok, model
+
+
+def _prefixes(n: int) -> list[list[int]]:
+    """Prefixes of different lengths (3..25 tokens) from ordinary vocabulary ids."""
+    return [[5 + (i * 7 + j) % 40 for j in range(3 + (i * 5) % 23)] for i in range(n)]
+
+
+def _learner_logprobs(model, tok, prefix: list[int], segments: list[tuple[list[int], list[float]]]):
+    """The learner's log-probs of every response token, and the engine's, as flat tensors."""
+    traj = Trajectory(sample_id="s/0", group_id="s", prompt_id="p", prompt_tokens=prefix, ground_truth="0",
+                      data_source="x")
+    for v, (toks, lps) in enumerate(segments):
+        traj.append_segment(toks, lps, v)
+    learner = Learner(model, TrainConfig(), AlgoConfig(), T, tok.pad_token_id)
+    (mb,) = make_micro_batches([traj], torch.zeros(1), len(segments), tok.pad_token_id, 10_000)
+    with torch.no_grad():
+        lp, _ = learner.forward(mb)
+    ours = lp[mb.response_mask]
+    return ours, torch.tensor([x for _, lps in segments for x in lps])
+
+
+def test_logprobs_equal_the_learner_at_every_position_including_continued_segments(fresh):
+    # (on the shaken model below, float32 rounding is amplified: the HF engine and this one both differ from the
+    # learner by ~2e-5 there, identically)
+    tok, model = fresh
+    eng = TorchEngine(model, [tok.eos_token_id], max_batch=3)  # 7 prefixes through 3 slots: slots are reused
+    params = SamplingParams(temperature=T, top_k=20, top_p=0.9)  # behaviour log-probs are taken before filtering
+    prefixes = _prefixes(7)
+    first = eng.generate(prefixes, 12, params, seed=3)
+    cont = [p + o.tokens for p, o in zip(prefixes, first) if not o.eos]
+    second = iter(eng.generate(cont, 12, params, seed=4))
+    checked = 0
+    for p, o in zip(prefixes, first):
+        segs = [(o.tokens, o.logprobs)]
+        if not o.eos:
+            o2 = next(second)
+            segs.append((o2.tokens, o2.logprobs))
+        learner, engine = _learner_logprobs(model, tok, p, segs)
+        assert learner.shape == engine.shape
+        assert torch.allclose(learner, engine, atol=1e-5, rtol=0), (learner - engine).abs().max()
+        checked += learner.numel()
+    assert checked >= 7 * 13  # every row decoded its first segment and part of a second one
+
+
+def test_greedy_matches_the_hf_engine_and_does_not_depend_on_the_number_of_slots(tiny):
+    """Slot reuse and the compaction of live rows (moving K/V between slots) must not change any output."""
+    tok, model = tiny
+    eos = list(range(400, 450))  # rows end at different times, so slots free up mid-run
+    prefixes = _prefixes(9)
+    greedy = SamplingParams(greedy=True)
+    ref = HFEngine(model, tok.pad_token_id, eos).generate(prefixes, 20, greedy)
+    assert len({len(o.tokens) for o in ref}) > 2  # the test needs rows that finish at different steps
+    for slots in (1, 2, 4, 16):
+        outs = TorchEngine(model, eos, max_batch=slots).generate(prefixes, 20, greedy)
+        assert [o.tokens for o in outs] == [o.tokens for o in ref], slots
+        assert [o.eos for o in outs] == [o.eos for o in ref]
+
+
+def test_greedy_is_the_argmax_of_the_models_logits(tiny):
+    tok, model = tiny
+    prefix = _prefixes(2)[1]
+    (out,) = TorchEngine(model, [10_000]).generate([prefix], 6, SamplingParams(greedy=True))
+    seq = list(prefix)
+    for t in out.tokens:
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([seq])).logits[0, -1]
+        assert t == int(logits.argmax())
+        seq.append(t)
+
+
+def test_top_k_samples_only_among_the_k_best(tiny):
+    tok, model = tiny
+    prefixes = _prefixes(6)
+    outs = TorchEngine(model, [10_000]).generate(prefixes, 8, SamplingParams(temperature=1.0, top_k=3), seed=0)
+    for p, o in zip(prefixes, outs):
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([p + o.tokens])).logits[0, len(p) - 1: -1]
+        top3 = logits.topk(3, dim=-1).indices
+        assert all(t in top3[j].tolist() for j, t in enumerate(o.tokens))
+
+
+def test_several_eos_ids_end_rows_at_the_first_one(tiny):
+    tok, model = tiny
+    eos = list(range(400, 450))
+    outs = TorchEngine(model, eos, max_batch=4).generate(_prefixes(10), 30, SamplingParams(temperature=1.0), seed=1)
+    assert any(o.eos for o in outs)
+    for o in outs:
+        hits = [j for j, t in enumerate(o.tokens) if t in eos]
+        if o.eos:
+            assert hits == [len(o.tokens) - 1]
+        else:
+            assert not hits and len(o.tokens) == 30
+
+
+def test_seeded_runs_reproduce_and_seeds_differ(tiny):
+    tok, model = tiny
+    eng = TorchEngine(model, [tok.eos_token_id], max_batch=4)
+    p, params = _prefixes(6), SamplingParams(temperature=1.0)
+    a, b, c = (eng.generate(p, 10, params, seed=s) for s in (5, 5, 6))
+    assert [o.tokens for o in a] == [o.tokens for o in b]
+    assert [o.logprobs for o in a] == [o.logprobs for o in b]
+    assert [o.tokens for o in a] != [o.tokens for o in c]
+
+
+def test_prefill_is_packed_and_counted(tiny):
+    tok, model = tiny
+    prefixes = _prefixes(8)
+    real = sum(map(len, prefixes))
+    eng = TorchEngine(model, [10_000], max_batch=3)
+    eng.generate(prefixes, 4, SamplingParams(), seed=0)
+    assert eng.stats.prefill_tokens == eng.stats.prefill_padded_tokens == real
+    assert eng.stats.useful_tokens == 8 * 4
+    assert eng.cache.slots == 3  # never more slots than max_batch
+    hf = HFEngine(model, tok.pad_token_id, [10_000], max_batch=3)
+    hf.generate(prefixes, 4, SamplingParams(), seed=0)
+    # hf pads each chunk of 3 to its longest prefix
+    padded = sum(len(prefixes[i:i + 3]) * max(map(len, prefixes[i:i + 3])) for i in range(0, 8, 3))
+    assert hf.stats.prefill_tokens == real and hf.stats.prefill_padded_tokens == padded > real
+
+
+def test_kv_budget_is_checked_before_allocating(tiny):
+    tok, model = tiny
+    # tiny model: 3 layers x 2 KV heads x 32 dims x (K, V) x 4 bytes = 1536 bytes per token
+    eng = TorchEngine(model, [tok.eos_token_id], max_batch=64, kv_cache_gib=1536 * 64 * 1000 / 1024**3)
+    with pytest.raises(KVCacheBudgetError, match=r"rollout\.kv_cache_gib.*rollout\.max_batch"):
+        eng.reserve(64, 1001)  # one token over the budget
+    assert eng.cache is None  # nothing was allocated
+    eng.reserve(64, 1000)  # exactly the budget fits
+    assert eng.cache.slots == 64 and eng.cache.nbytes == 1536 * 64 * 1000
+
+
+def test_weights_are_shared_or_synced(tiny, tiny_model_dir):
+    tok, model = tiny
+    other = model  # the shaken weights
+    greedy, prefixes = SamplingParams(greedy=True), _prefixes(4)
+    want = [o.tokens for o in TorchEngine(other, [10_000]).generate(prefixes, 8, greedy)]
+    own = load_model(str(tiny_model_dir))
+    eng = TorchEngine(own, [10_000])
+    before = [o.tokens for o in eng.generate(prefixes, 8, greedy)]
+    eng.sync_weights(own.state_dict())  # its own tensors: nothing to copy
+    assert [o.tokens for o in eng.generate(prefixes, 8, greedy)] == before
+    eng.sync_weights(other.state_dict())
+    assert [o.tokens for o in eng.generate(prefixes, 8, greedy)] == want != before
+
+
+def test_an_unsupported_architecture_gets_a_clear_error():
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=50, n_positions=32))
+    with pytest.raises(UnsupportedModelError, match="rollout.engine=hf"):
+        TorchEngine(model, [1])

@@ -1,0 +1,157 @@
+"""The forward pass of a Llama-family decoder over a slot KV cache, in plain PyTorch.
+
+`SlotDecoder` runs the model's own modules (embeddings, norms, projections, MLPs,
+rotary embedding, LM head: the *same* parameters the learner trains, so weights are
+shared without a copy) and replaces only the attention bookkeeping:
+
+- `prefill` takes sequences of any lengths packed into one token stream: the linear
+  layers see only real tokens (no padding), attention runs per group of equal-length
+  sequences (causal), and each sequence's K/V is written into its slot;
+- `decode` advances live slots `[0, n)` by one token each: the new K/V is written in
+  place at each row's own position, and each row attends over its own context (a
+  per-row length mask over the slots' first `max(ctx) + 1` positions: no reallocation,
+  no concatenation, no padding rows).
+
+Supported: decoder-only models whose layers follow the Llama pattern (`input_layernorm`,
+`self_attn.{q,k,v,o}_proj`, optional per-head `q_norm`/`k_norm` as in Qwen3,
+`post_attention_layernorm`, `mlp`) with full attention in every layer and rotary
+positions: llama, mistral (no sliding window), qwen2, qwen3. Anything else gets a clear
+error and can use `rollout.engine=hf`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ulorl.rollout.engines.kv_cache import KVShape, SlotKVCache
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+class UnsupportedModelError(ValueError):
+    """The model's architecture is outside what `SlotDecoder` implements."""
+
+
+def check_supported(model) -> None:
+    """Raise `UnsupportedModelError` naming what is missing."""
+    cfg = model.config
+    mt = getattr(cfg, "model_type", "?")
+    hint = "; use rollout.engine=hf (any transformers causal LM, slower at long outputs) or vllm"
+    if mt not in SUPPORTED_MODEL_TYPES:
+        raise UnsupportedModelError(f"the torch engine supports model types {', '.join(SUPPORTED_MODEL_TYPES)}; "
+                                    f"this model is {mt!r}{hint}")
+    inner = getattr(model, "model", None)
+    for name in ("embed_tokens", "layers", "norm", "rotary_emb"):
+        if not hasattr(inner, name):
+            raise UnsupportedModelError(f"model.model has no {name!r} ({mt}){hint}")
+    kinds = set(getattr(cfg, "layer_types", None) or ["full_attention"])
+    window = getattr(cfg, "sliding_window", None) if getattr(cfg, "use_sliding_window", True) else None
+    if kinds != {"full_attention"} or (mt == "mistral" and window):
+        raise UnsupportedModelError(f"sliding-window attention ({mt}, layer types {sorted(kinds)}) is not "
+                                    f"implemented by the torch engine{hint}")
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x `(N, heads, D)`, cos/sin `(N, D)`: rotary embedding as in transformers' Llama/Qwen."""
+    return x * cos[:, None] + _rotate_half(x) * sin[:, None]
+
+
+class SlotDecoder:
+    """Prefill and decode over a `SlotKVCache` with the modules of a transformers model."""
+
+    def __init__(self, model) -> None:
+        check_supported(model)
+        self.model = model
+        cfg = model.config
+        attn = model.model.layers[0].self_attn
+        self.num_heads, self.num_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = attn.head_dim
+        self.group = self.num_heads // self.num_kv
+        self.scale = attn.scaling
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.lm_head.weight.device
+
+    def kv_shape(self) -> KVShape:
+        return KVShape(len(self.model.model.layers), self.num_kv, self.head_dim, self.model.lm_head.weight.dtype)
+
+    def _qkv(self, attn, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """h `(N, hidden)` -> q `(N, H, D)`, k and v `(N, H_kv, D)`, rotary applied to q and k."""
+        n = h.shape[0]
+        q = attn.q_proj(h).view(n, self.num_heads, self.head_dim)
+        k = attn.k_proj(h).view(n, self.num_kv, self.head_dim)
+        v = attn.v_proj(h).view(n, self.num_kv, self.head_dim)
+        if hasattr(attn, "q_norm"):
+            q, k = attn.q_norm(q), attn.k_norm(k)
+        return _rope(q, cos, sin), _rope(k, cos, sin), v
+
+    def _embed(self, ids: torch.Tensor, pos: torch.Tensor):
+        x = self.model.model.embed_tokens(ids)  # (N, hidden)
+        cos, sin = self.model.model.rotary_emb(x[None], pos[None])  # (1, N, D) each
+        return x, cos[0], sin[0]
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model.lm_head(self.model.model.norm(x))
+
+    def prefill(self, cache: SlotKVCache, seqs: list[list[int]], slots: list[int]) -> torch.Tensor:
+        """Write the K/V of each sequence into its slot; return next-token logits `(len(seqs), V)`."""
+        dev = self.device
+        lens = [len(s) for s in seqs]
+        offsets = [0]
+        for n in lens[:-1]:
+            offsets.append(offsets[-1] + n)
+        ids = torch.tensor([t for s in seqs for t in s], device=dev)
+        pos = torch.cat([torch.arange(n, device=dev) for n in lens])
+        groups: dict[int, list[int]] = {}
+        for i, n in enumerate(lens):
+            groups.setdefault(n, []).append(i)
+        # per length group: token index matrix (n_g, len) into the packed stream, and the slots
+        plan = [(torch.tensor([offsets[i] for i in idx], device=dev)[:, None] + torch.arange(n, device=dev),
+                 torch.tensor([slots[i] for i in idx], device=dev), n) for n, idx in groups.items()]
+        x, cos, sin = self._embed(ids, pos)
+        for li, layer in enumerate(self.model.model.layers):
+            attn = layer.self_attn
+            q, k, v = self._qkv(attn, layer.input_layernorm(x), cos, sin)
+            out = torch.empty_like(q)
+            for tok_idx, slot_idx, n in plan:
+                kg, vg = k[tok_idx].transpose(1, 2), v[tok_idx].transpose(1, 2)  # (n_g, H_kv, n, D)
+                cache.k[li][slot_idx, :, :n] = kg
+                cache.v[li][slot_idx, :, :n] = vg
+                if self.group > 1:
+                    kg, vg = kg.repeat_interleave(self.group, dim=1), vg.repeat_interleave(self.group, dim=1)
+                og = F.scaled_dot_product_attention(q[tok_idx].transpose(1, 2), kg, vg, is_causal=True,
+                                                    scale=self.scale)  # (n_g, H, n, D)
+                out[tok_idx] = og.transpose(1, 2)
+            x = x + attn.o_proj(out.reshape(x.shape[0], -1))
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        last = torch.tensor([o + n - 1 for o, n in zip(offsets, lens)], device=dev)
+        return self._logits(x[last])
+
+    def decode(self, cache: SlotKVCache, tokens: torch.Tensor, ctx: list[int]) -> torch.Tensor:
+        """Feed `tokens` `(n,)` to slots `[0, n)`, each at its position `ctx[i]` (its current length);
+        return next-token logits `(n, V)`."""
+        dev, n = self.device, tokens.shape[0]
+        pos = torch.tensor(ctx, device=dev)
+        span = max(ctx) + 1
+        mask = (torch.arange(span, device=dev)[None, :] <= pos[:, None])[:, None, None, :]  # (n, 1, 1, span)
+        rows = torch.arange(n, device=dev)
+        x, cos, sin = self._embed(tokens, pos)
+        for li, layer in enumerate(self.model.model.layers):
+            attn = layer.self_attn
+            q, k, v = self._qkv(attn, layer.input_layernorm(x), cos, sin)
+            kc, vc = cache.k[li], cache.v[li]
+            kc[rows, :, pos] = k
+            vc[rows, :, pos] = v
+            # grouped-query attention without copying K/V: the G query heads of a KV head act as G queries
+            o = F.scaled_dot_product_attention(q.view(n, self.num_kv, self.group, self.head_dim), kc[:n, :, :span],
+                                               vc[:n, :, :span], attn_mask=mask, scale=self.scale)
+            x = x + attn.o_proj(o.reshape(n, -1))
+            x = x + layer.mlp(layer.post_attention_layernorm(x))
+        return self._logits(x)
