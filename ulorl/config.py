@@ -18,7 +18,7 @@ from ulorl.data.config import DataConfig
 from ulorl.distributed.config import DistributedConfig
 from ulorl.evaluation.config import EvalConfig
 from ulorl.reward.config import RewardConfig
-from ulorl.rollout.engines.base import check_sampling
+from ulorl.rollout.engines.base import EngineName, check_sampling
 
 __all__ = ["AlgoConfig", "CheckpointConfig", "ConfigError", "DistributedConfig", "LoggingConfig", "ModelConfig",
            "RolloutConfig", "RunConfig", "SFTConfig", "TrainConfig", "VLLMConfig", "load_run_config", "dump_yaml",
@@ -81,7 +81,7 @@ class VLLMConfig:
 
 @dataclass
 class RolloutConfig:
-    engine: str = "hf"  # hf (CPU default) | vllm (GPU)
+    engine: str = "torch"  # torch (default: CPU and CUDA) | hf (any transformers LM, slower at long L) | vllm (GPU)
     max_response_len: int = 160  # global cap L on response tokens
     num_segments: int = 4  # M; each rollout round decodes at most L / M tokens
     group_size: int = 8  # G samples per prompt
@@ -89,11 +89,15 @@ class RolloutConfig:
     temperature: float = 0.85
     top_p: float = 1.0
     top_k: int = -1  # -1 = off
+    max_batch: int = 256  # engine slots: sequences decoded at once (torch, hf); the rest wait for a free slot
+    kv_cache_gib: float = 4.0  # torch engine: KV cache budget, checked before allocating (max_batch x (prefix + L))
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # rollout.engine=vllm only
 
     def __post_init__(self) -> None:
-        _choice("rollout.engine", self.engine, ["hf", "vllm"])
-        for k in ("max_response_len", "num_segments", "group_size", "decode_batch"):
+        _choice("rollout.engine", self.engine, [e.value for e in EngineName])
+        if not (math.isfinite(self.kv_cache_gib) and self.kv_cache_gib > 0):
+            raise ConfigError(f"rollout.kv_cache_gib={self.kv_cache_gib} must be a positive number of GiB")
+        for k in ("max_response_len", "num_segments", "group_size", "decode_batch", "max_batch"):
             _positive(f"rollout.{k}", getattr(self, k))
         if self.max_response_len % self.num_segments:
             divisors = [m for m in range(1, min(self.max_response_len, 64) + 1) if self.max_response_len % m == 0]

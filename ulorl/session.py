@@ -90,9 +90,13 @@ class TrainSession:
             say(f"eval data: {ereport.summary()}")
         self.placement = build_placement(cfg)  # distributed.backend: local (this process) | ray (actors)
         self.engine = self.placement.engine(self.model, self.tokenizer, self.eos_ids, model_path=policy_path,
-                                            vllm=cfg.rollout.vllm, model_cfg=cfg.model, seed=cfg.train.seed)
+                                            vllm=cfg.rollout.vllm, model_cfg=cfg.model, seed=cfg.train.seed,
+                                            max_batch=cfg.rollout.max_batch, kv_cache_gib=cfg.rollout.kv_cache_gib)
         r = cfg.rollout
         self.params = SamplingParams(temperature=r.temperature, top_p=r.top_p, top_k=r.top_k)
+        if hasattr(self.engine, "reserve"):  # torch engine: its KV cache is allocated (and budget-checked) now
+            longest = max((len(p.prompt_tokens) for p in self.train_prompts), default=0)
+            self.engine.reserve(r.decode_batch, longest + r.max_response_len)
         self.prompts = PromptSource(self.train_prompts, seed=cfg.data.seed, shuffle=cfg.data.shuffle)
         self.rollout = SegmentRollout(self.engine, self.prompts, self.params, group_size=r.group_size,
                                       decode_batch=r.decode_batch, max_response_len=r.max_response_len,

@@ -73,7 +73,8 @@ def train_step(s: TrainSession) -> dict:
         tg = time.time()
         res = s.rollout.round(s.unfinished, s.version, s.step)
         acc.update(rounds=1, new_prompts=res.new_prompts, reprefill=res.reprefill_tokens,
-                   decoded=res.decoded_tokens, slots=res.decode_slots, gen_s=time.time() - tg)
+                   decoded=res.decoded_tokens, slots=res.decode_slots, gen_s=time.time() - tg,
+                   prefill=res.prefill_tokens, prefill_padded=res.prefill_padded_tokens)
         acc["max_staleness"] = max(acc["max_staleness"], res.max_staleness)
         tr = time.time()
         score(s, res.finished)
@@ -175,6 +176,8 @@ def step_metrics(s: TrainSession, batch: list[Trajectory], m: dict, acc: Counter
         "rollout/rounds": float(acc["rounds"]),
         "rollout/segments_per_sample": sum(len(t.segments) for t in batch) / len(batch),
         "rollout/reprefill_tokens": float(acc["reprefill"]),
+        "rollout/prefill_tokens": float(acc["prefill"]),
+        "rollout/prefill_padded_tokens": float(acc["prefill_padded"]),
         "rollout/decoded_tokens": float(acc["decoded"]),
         "rollout/max_staleness": float(acc["max_staleness"]),
         "rollout/dropped_groups": float(acc["dropped_groups"]),
