@@ -102,9 +102,11 @@ def make_batch(n: int, seed: int) -> tuple[list[str], list[str]]:
 
 def score_inline(responses: list[str], golds: list[str]) -> list[float]:
     """The single-process baseline: math-verify in this thread, its own timeouts."""
-    from math_verify import ExprExtractionConfig, LatexExtractionConfig, parse, verify
+    from math_verify import parse, verify
 
-    cfg = [LatexExtractionConfig(), ExprExtractionConfig()]
+    from ulorl.reward.rule import parse_config
+
+    cfg = parse_config()  # the verifier's parse settings (math-verify's unit stripping off), so verdicts compare
     out = []
     for resp, gold in zip(responses, golds):
         pred = extract_boxed(resp)

@@ -71,15 +71,16 @@ def normalize_answer(s: str) -> str:
 _PARSE_CONFIG: list | None = None
 
 
-def _parse_config() -> list:
+def parse_config() -> list:
     """Math-verify's LaTeX + expression extraction, with its unit stripping off: it reads ``3t`` as 3 (tonnes)
     and ``-36 m`` as -36 (metres), so ``3t`` equalled ``3``. Units are handled by ``normalize.py`` instead."""
     global _PARSE_CONFIG
     if _PARSE_CONFIG is None:
+        from math_verify import ExprExtractionConfig, LatexExtractionConfig
         from math_verify.parser import NormalizationConfig
 
         norm = NormalizationConfig(basic_latex=True, units=False, malformed_operators=True, nits=True, boxed="all")
-        _PARSE_CONFIG = [_mv.LatexExtractionConfig(normalization_config=norm), _mv.ExprExtractionConfig()]
+        _PARSE_CONFIG = [LatexExtractionConfig(normalization_config=norm), ExprExtractionConfig()]
     return _PARSE_CONFIG
 
 
@@ -104,7 +105,7 @@ def math_equal(pred: str, gold: str) -> float:
         math_verify.parser.TIMEOUT_WARNING_SHOWN = True
         math_verify.grader.TIMEOUT_WARNING_SHOWN = True
         _mv = math_verify
-    cfg = _parse_config()
+    cfg = parse_config()
     gold_parsed = _mv.parse("\\boxed{" + gold + "}", cfg, parsing_timeout=None)
     if not gold_parsed:
         return 0.0

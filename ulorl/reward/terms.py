@@ -30,6 +30,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
+from ulorl.errors import UlorlError
 from ulorl.reward.registry import (RewardStyle, UserRewardFn, check_signature, detect_style, load_function,
                                    parse_result, parse_reward_fn)
 from ulorl.reward.rule import RuleVerifier, Status
@@ -59,7 +60,7 @@ MIN_ERROR_ITEMS = 8
 _SHOW_CHARS = 120
 
 
-class RewardError(RuntimeError):
+class RewardError(UlorlError, RuntimeError):
     """A reward function misbehaved in a way that must stop the run (the message names it and the fix)."""
 
 
