@@ -65,3 +65,11 @@ def test_every_mapped_ulorl_key_exists():
 def test_hint_function_directly():
     assert unknown_key_hint("", "modle", 1, ["model", "rollout"]) == " (did you mean model?)"
     assert unknown_key_hint("", "xyz", 1, ["model"]) == ""
+
+
+def test_docs_table_lists_every_verl_key():
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "data.md").read_text()
+    missing = [k for k in VERL_KEYS if f"| `{k}` |" not in doc]
+    assert not missing, f"docs/data.md's verl -> ulorl table lacks {missing}"

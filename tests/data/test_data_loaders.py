@@ -166,6 +166,8 @@ def test_source_list_from_config_overrides(tmp_path):
     cfg = load_run_config(None, ["data.train=[x.jsonl,y.parquet]", "data.eval=z.jsonl"])
     assert cfg.data.sources("train") == ["x.jsonl", "y.parquet"] and cfg.data.sources("eval") == ["z.jsonl"]
     assert load_run_config(None, ["data.eval=null"]).data.sources("eval") == []
+    cfg = load_run_config(None, ["data.chat_template_kwargs.enable_thinking=false", "data.system_prompt=Be brief."])
+    assert cfg.data.chat_template_kwargs == {"enable_thinking": False} and cfg.data.system_prompt == "Be brief."
     with pytest.raises(ValueError, match="data.train"):
         DataConfig(train=["x.jsonl", ""])
 
