@@ -205,7 +205,11 @@ def test_calibration_measures_the_engine(tiny_model_dir):
     from ulorl.plan.calibrate import fit_engine, measure_engine
 
     tok, model = load_tokenizer(tiny_model_dir), load_model(tiny_model_dir)
-    rows = measure_engine(model, tok.pad_token_id, batches=(1, 4), contexts=(8, 16), new_tokens=3, repeats=1)
-    assert len(rows) == 4 and all(r["prefill_s"] > 0 and r["iter_s"] >= 0 for r in rows)
-    cost = fit_engine(rows)
-    assert cost.decode_fixed + cost.decode_row > 0 and cost.padded
+    for engine, padded in (("torch", False), ("hf", True)):
+        rows = measure_engine(model, tok.pad_token_id, batches=(1, 4), contexts=(8, 16), new_tokens=3, repeats=1,
+                              engine=engine)
+        assert len(rows) == 4 and all(r["prefill_s"] > 0 and r["iter_s"] >= 0 for r in rows)
+        # b = 4 prefixes of c = 16 spread over [c/2, c]: c - (r * 8) // 3 for r = 0..3 = 16, 14, 11, 8 -> 49 tokens
+        assert rows[-1]["prefill_tokens"] == 49 and rows[-1]["prefill_sq"] == 16**2 + 14**2 + 11**2 + 8**2
+        cost = fit_engine(rows)
+        assert cost.decode_fixed + cost.decode_row > 0 and cost.padded == padded

@@ -19,6 +19,7 @@ from ulorl.data.clean_steps import (MODEL_STEPS, RULE_STEPS, STEPS, Action, Clea
 from ulorl.data.config import DataConfig
 from ulorl.data.formats import Storage, detect_storage, write_rows
 from ulorl.data.loaders import read_source, validate_source
+from ulorl.reward.cli_args import add_reward_arguments, reward_config_from_args
 from ulorl.data.validate import RowSchema, guess_schema
 
 EXAMPLES_PER_REASON = 3
@@ -97,6 +98,7 @@ def clean_rows(
     row_ids: list[int] | None = None,
     device: str = "cpu",
     dtype: str = "float32",
+    reward=None,
 ) -> tuple[list[dict], CleanReport]:
     """Apply `steps` in order to (validated) rows; return the kept rows and the report.
 
@@ -114,6 +116,10 @@ def clean_rows(
     current = list(zip(ids, rows))
     with contextlib.ExitStack() as stack:
         if any(s in MODEL_STEPS for s in step_list) and current:
+            if ctx.score_fn is None and reward is not None:  # the run's reward settings (judge included)
+                from ulorl.reward import RewardManager
+
+                ctx.score_fn = stack.enter_context(RewardManager(reward)).score
             _model_context(ctx, stack, model_paths, device, dtype)
         for step in step_list:
             sr = StepReport(name=step.value, n_in=len(current))
@@ -163,6 +169,7 @@ def add_clean_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--on-bad-row", default="error", help="error | skip (skipped rows are counted in the report)")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
+    add_reward_arguments(parser)  # --config / --reward: how model samples are scored, as in training
     return parser
 
 
@@ -176,6 +183,7 @@ def _output_storage(output: str, input_storage: Storage | None) -> Storage:
 
 def run_clean(args: argparse.Namespace) -> int:
     """Read, validate, clean and write; the report goes to `<output>.report.json`."""
+    reward = reward_config_from_args(args)  # a bad reward function fails before any data or model loads
     data_cfg = DataConfig(format=args.format, prompt_key=args.prompt_key, answer_key=args.answer_key,
                           data_source_key=args.data_source_key, on_bad_row=args.on_bad_row)
     steps = args.steps or ",".join(s.value for s in RULE_STEPS + (MODEL_STEPS if args.model else []))
@@ -188,7 +196,8 @@ def run_clean(args: argparse.Namespace) -> int:
     valid, load_report = validate_source(raw, args.on_bad_row, skip_hint="--on-bad-row skip")
     rows = [raw.rows[v.index] for v in valid]
     cleaned, report = clean_rows(rows, steps, model_paths=args.model, schema=raw.schema, options=options,
-                                 row_ids=[v.index for v in valid], device=args.device, dtype=args.dtype)
+                                 row_ids=[v.index for v in valid], device=args.device, dtype=args.dtype,
+                                 reward=reward)
     report.validation = asdict(load_report)
     write_rows(cleaned, args.output, out_storage)
     report_path = Path(str(args.output) + ".report.json")
