@@ -35,3 +35,22 @@ def test_eval_reports_a_bad_reward_function_as_a_one_line_error(tmp_path, capsys
                  "--reward", f"fn={tmp_path}/missing.py:score"])
     err = capsys.readouterr().err
     assert code == 2 and "ulorl eval: error: reward.fn: cannot load" in err and "Traceback" not in err
+
+
+def test_clean_scores_model_samples_with_the_configured_reward(tmp_path):
+    from ulorl.data.clean import clean_rows
+    from ulorl.reward import RewardConfig
+
+    rows = [{"prompt": "q1", "answer": "5"}, {"prompt": "q2", "answer": "7"}]
+
+    def sampler(messages_list, k):  # always answers 5: right for q1 only
+        return [["so \\boxed{5}"] * k for _ in messages_list]
+
+    (tmp_path / "generous.py").write_text("def always(completions, **kw):\n    return [1.0] * len(completions)\n")
+    # the default reward (rule): only q1 is "too easy" (all samples right)
+    out, _ = clean_rows(rows, ["too_easy"], k=2, samplers=[sampler], reward=RewardConfig(fn="exact"))
+    assert out == [rows[1]]
+    # a user function that calls everything right: both problems are too easy and removed
+    out, _ = clean_rows(rows, ["too_easy"], k=2, samplers=[sampler],
+                        reward=RewardConfig(fn=f"{tmp_path}/generous.py:always"))
+    assert out == []
