@@ -2,7 +2,8 @@
 
 A sampler is any callable `(messages_list, k) -> list[list[str]]`; this one renders
 each question with the model's chat template and samples through an engine
-(`HFEngine` over a local HF folder by default) with a progress bar.
+(an engine of the registry over a local HF folder, `hf` by default) with a
+progress bar.
 """
 
 from __future__ import annotations
@@ -28,16 +29,16 @@ class ResponseSampler:
 
     @classmethod
     def from_path(cls, path: str, *, dtype: str = "float32", device: str = "cpu", trust_remote_code: bool = False,
-                  **kwargs) -> ResponseSampler:
-        """Load a local HF model folder (or 'builtin') behind an `HFEngine`."""
+                  engine: str = "hf", **kwargs) -> ResponseSampler:
+        """Load a local HF model folder (or 'builtin') behind an engine of the registry (`hf`: any architecture)."""
         from ulorl.models import eos_token_ids, load_model, load_tokenizer
-        from ulorl.rollout.engines.hf import HFEngine
+        from ulorl.rollout.engines.registry import build_engine
 
         tok = load_tokenizer(path, trust_remote_code=trust_remote_code)
         model = load_model(path, dtype=dtype, trust_remote_code=trust_remote_code, device=device)
-        engine = HFEngine(model, pad_id=tok.pad_token_id, eos_ids=eos_token_ids(model, tok),
-                          max_batch=kwargs.get("batch_size", 64))
-        return cls(engine, tok, name=str(path), **kwargs)
+        eng = build_engine(engine, model, tok, eos_token_ids(model, tok), max_batch=kwargs.get("batch_size", 64),
+                           model_path=str(path), seed=kwargs.get("seed") or 0)
+        return cls(eng, tok, name=str(path), **kwargs)
 
     def __call__(self, messages_list: list[list[dict]], k: int) -> list[list[str]]:
         prefixes = encode_prompts(self.tokenizer, [render_prompt(self.tokenizer, m) for m in messages_list])
