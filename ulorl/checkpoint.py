@@ -19,11 +19,15 @@ Writing protocol (`save_checkpoint`):
   5. pruning: the last `keep` committed checkpoints stay; folders with a higher step than the one
      just saved belong to an abandoned timeline (the run was resumed from an older checkpoint) and
      are deleted, as are leftovers of interrupted saves.
-A crash at any moment leaves the previous committed checkpoint intact.
+A crash at any moment leaves the previous committed checkpoint intact. A failed write (a full disk)
+removes the partial folder at once and raises `CheckpointError`; nothing committed is touched.
 
 Finding one (`find_resumable`): the checkpoint `latest` names, when it verifies; otherwise the
 newest verifying checkpoint not newer than the one `latest` names (all of them when there is no
-pointer). Every skipped folder is reported with the reason.
+pointer). Every skipped folder is reported with the reason. The pointer must hold the name of a
+`step_NNNNNN` folder directly inside the checkpoints folder; anything else (a path out of the run,
+binary bytes) is ignored with a note. `--resume auto` never starts over when checkpoints exist but
+none verifies: the session stops with the list (`existing_checkpoints`, the notes).
 
 Test hook: `ULORL_TEST_CRASH_IN_SAVE=<phase>[@<step>]` makes `save_checkpoint` exit the process
 at once (`os._exit(137)`, like SIGKILL) at one of the phases in `CRASH_PHASES`, for the step given
@@ -32,6 +36,7 @@ at once (`os._exit(137)`, like SIGKILL) at one of the phases in `CRASH_PHASES`, 
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import json
 import os
@@ -42,6 +47,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
+
+from ulorl.errors import UlorlError
 
 MANIFEST = "MANIFEST.json"
 LATEST = "latest"
@@ -56,7 +63,7 @@ _STEP_DIR = re.compile(r"^step_(\d+)$")
 _ASIDE_DIR = re.compile(r"^step_(\d+)\.old-\d+$")  # previous copy of a step being re-saved
 
 
-class CheckpointError(RuntimeError):
+class CheckpointError(UlorlError, RuntimeError):
     """A checkpoint that is missing, partial, corrupted, unsafe or incompatible with this run."""
 
 
@@ -88,6 +95,34 @@ def _crash_hook(phase: str, step: int) -> None:
     want, _, at = spec.partition("@")
     if want == phase and (not at or int(at) == step):
         os._exit(137)
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Replace `path` with `text` or leave it as it was: a full disk never leaves it empty or torn."""
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def make_run_dir(path: str | Path) -> Path:
+    """Create a run folder private to its owner (0700: configs can name endpoints); an existing folder is kept.
+
+    Raises OSError naming the path when it is a file, lies under a file, or cannot be written."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(errno.EEXIST, "exists and is not a folder", str(path))
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, "Permission denied (the run folder is not writable)", str(path))
+    return path
 
 
 def step_of(path: str | Path) -> int | None:
@@ -130,13 +165,33 @@ def set_rng_state(state: dict, torch_state: dict | torch.Tensor | None) -> None:
 # -- saving --------------------------------------------------------------------------------------
 def save_checkpoint(root: str | Path, step: int, *, model, tokenizer, optimizer_state: dict, state: dict,
                     pools: dict, keep: int = 2) -> Path:
-    """Write checkpoint `step` atomically under `root`, commit it (`latest`), prune to the last `keep`."""
+    """Write checkpoint `step` atomically under `root`, commit it (`latest`), prune to the last `keep`.
+
+    A failure while writing (a full disk) removes the partial folder at once and raises `CheckpointError`;
+    the last committed checkpoint stays as it was."""
     root = Path(root)
-    root.mkdir(parents=True, exist_ok=True)
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
     final = root / f"step_{step:06d}"
     tmp = root / f"{final.name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
+    try:
+        _write_folder(tmp, step, model=model, tokenizer=tokenizer, optimizer_state=optimizer_state, state=state,
+                      pools=pools)
+    except BaseException as e:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if isinstance(e, OSError):
+            raise CheckpointError(_failed_save(root, step, e)) from e
+        raise
+    _crash_hook("manifest", step)
+    try:
+        return _commit(root, final, tmp, step, keep)
+    except OSError as e:  # the pointer could not be replaced: the step is complete but not committed
+        raise CheckpointError(_failed_save(root, step, e)) from e
+
+
+def _write_folder(tmp: Path, step: int, *, model, tokenizer, optimizer_state: dict, state: dict, pools: dict) -> None:
+    """Steps 1-2 of the protocol: every file, then the manifest, into `tmp`; all fsynced."""
     tmp.mkdir()
     model.save_pretrained(tmp / "model", safe_serialization=True)
     tokenizer.save_pretrained(tmp / "model")
@@ -154,7 +209,10 @@ def save_checkpoint(root: str | Path, step: int, *, model, tokenizer, optimizer_
     for d in sorted((p for p in tmp.rglob("*") if p.is_dir()), reverse=True):
         _fsync_dir(d)
     _fsync_dir(tmp)
-    _crash_hook("manifest", step)
+
+
+def _commit(root: Path, final: Path, tmp: Path, step: int, keep: int) -> Path:
+    """Steps 3-5 of the protocol: rename into place, point `latest` at it, prune."""
     aside = None
     if final.exists():  # re-saving a step (e.g. the final save after the evaluation at the end)
         aside = root / f"{final.name}.old-{os.getpid()}"
@@ -172,14 +230,46 @@ def save_checkpoint(root: str | Path, step: int, *, model, tokenizer, optimizer_
     return final
 
 
+def _failed_save(root: Path, step: int, e: OSError) -> str:
+    last = read_latest(root)[0]
+    kept = f"the last committed checkpoint ({last}) is intact" if last else "no checkpoint was committed yet"
+    return (f"saving checkpoint step {step} in {root} failed: {e.strerror or e}; the partial folder was removed "
+            f"and {kept}. Free space, then run again with --resume auto")
+
+
 def set_latest(root: str | Path, checkpoint: str | Path) -> None:
     """Atomically make the `latest` pointer of `root` name `checkpoint` (a folder inside `root`)."""
     root = Path(root)
-    pointer = root / f"{LATEST}.tmp-{os.getpid()}"
-    pointer.write_text(Path(checkpoint).name)
-    _fsync_file(pointer)
-    os.replace(pointer, root / LATEST)
+    atomic_write_text(root / LATEST, Path(checkpoint).name)
     _fsync_dir(root)
+
+
+def read_latest(root: str | Path) -> tuple[Path | None, str | None]:
+    """(the checkpoint folder `latest` names, None) or (None, why it names none we may use).
+
+    The pointer must hold one `step_NNNNNN` name of a folder directly inside `root`: binary bytes, a
+    path (`../../other/checkpoints/step_000060`) or a symlink out of the folder are refused."""
+    root = Path(root)
+    pointer = root / LATEST
+    if not pointer.is_file():
+        return None, None
+    raw = pointer.read_bytes()[:256]
+    try:
+        name = raw.decode("ascii").strip()
+    except UnicodeDecodeError:
+        return None, f"{pointer} holds binary bytes, not a checkpoint name"
+    target = root / name
+    if not _STEP_DIR.match(name) or not _inside(root, target):
+        return None, f"{pointer} names {name!r}, which is not a checkpoint folder inside {root}"
+    return target, None
+
+
+def _inside(root: Path, path: Path) -> bool:
+    """`path` resolves (symlinks followed) to an entry directly inside `root`."""
+    try:
+        return path.resolve().parent == root.resolve()
+    except (OSError, RuntimeError):  # a symlink loop
+        return False
 
 
 def _checkpoint_dirs(root: Path) -> list[tuple[int, Path]]:
@@ -223,10 +313,10 @@ def verify_checkpoint(path: str | Path) -> dict:
     if not mf.exists():
         raise CheckpointError(f"checkpoint {path} is incomplete: no {MANIFEST} (the save was interrupted)")
     try:
-        manifest = json.loads(mf.read_text())
+        manifest = json.loads(mf.read_bytes())
         files = manifest["files"]
         assert isinstance(files, dict)
-    except (json.JSONDecodeError, UnicodeDecodeError, KeyError, TypeError, AssertionError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, KeyError, TypeError, AssertionError) as e:
         raise CheckpointError(f"checkpoint {path}: {MANIFEST} is corrupted ({e!r})") from e
     missing = [f for f in REQUIRED_FILES if f not in files]
     if not any(f in files for f in ("model/model.safetensors", "model/model.safetensors.index.json")):
@@ -234,6 +324,8 @@ def verify_checkpoint(path: str | Path) -> dict:
     if missing:
         raise CheckpointError(f"checkpoint {path} is incomplete: its manifest lists no {', '.join(missing)}")
     for rel, meta in files.items():
+        if Path(rel).is_absolute() or ".." in Path(rel).parts:
+            raise CheckpointError(f"checkpoint {path}: {MANIFEST} names {rel!r}, outside the checkpoint (corrupted)")
         f = path / rel
         if not f.is_file():
             raise CheckpointError(f"checkpoint {path} is missing {rel}")
@@ -248,22 +340,22 @@ def find_resumable(root: str | Path) -> tuple[Path | None, list[str]]:
     notes: list[str] = []
     if not root.is_dir():
         return None, notes
-    limit, named = None, None
-    pointer = root / LATEST
-    if pointer.exists():
-        name = pointer.read_text().strip()
-        named, limit = root / name, step_of(name)
+    named, why = read_latest(root)
+    limit = step_of(named) if named else None
+    if why:
+        notes.append(f"ignored the pointer: {why}")
+    if named is not None:
         try:
             verify_checkpoint(named)
             return named, notes
         except CheckpointError as e:
-            notes.append(f"skipped the checkpoint named by {pointer}: {e}")
-    candidates = _checkpoint_dirs(root) + [(step_of(p), p) for p in root.glob("step_*.old-*") if p.is_dir()]
-    for s, c in sorted(candidates, key=lambda sp: (sp[0], _STEP_DIR.match(sp[1].name) is not None), reverse=True):
+            notes.append(f"skipped the checkpoint named by {root / LATEST}: {e}")
+    for s, c in existing_checkpoints(root):
         if c == named:
             continue
         if limit is not None and s > limit:
-            notes.append(f"skipped {c}: newer than the checkpoint named by {pointer} (not committed, or abandoned)")
+            notes.append(f"skipped {c}: newer than the checkpoint named by {root / LATEST} (not committed, or "
+                         "abandoned)")
             continue
         try:
             verify_checkpoint(c)
@@ -273,13 +365,40 @@ def find_resumable(root: str | Path) -> tuple[Path | None, list[str]]:
     return None, notes
 
 
+def existing_checkpoints(root: str | Path) -> list[tuple[int, Path]]:
+    """Every checkpoint folder under `root` (committed names and moved-aside copies), newest first."""
+    root = Path(root)
+    if not root.is_dir():
+        return []
+    found = _checkpoint_dirs(root) + [(step_of(p), p) for p in root.glob("step_*.old-*") if p.is_dir()]
+    found = [(s, p) for s, p in found if _inside(root, p)]  # a symlink out of the folder is no checkpoint of ours
+    return sorted(found, key=lambda sp: (sp[0], _STEP_DIR.match(sp[1].name) is not None), reverse=True)
+
+
 def resolve_resume_path(path: str | Path) -> Path:
     """`--resume PATH`: a checkpoint folder, or a run folder / checkpoints folder (then its `latest`)."""
     path = Path(path)
     for root in (path / "checkpoints", path):
         if (root / LATEST).is_file():
-            return root / (root / LATEST).read_text().strip()
+            named, why = read_latest(root)
+            if named is None:
+                raise CheckpointError(f"--resume {path}: {why}")
+            return named
     return path
+
+
+# what state.json must hold for a run to continue (written by TrainSession.save and save_checkpoint)
+STATE_KEYS = ("step", "version", "counters", "history", "prompt_source", "rollout", "config", "rng")
+POOL_KEYS = ("unfinished", "experience")
+
+
+def check_run_state(ckpt: dict) -> None:
+    """A loaded checkpoint (`load_checkpoint`) holds everything a run needs to continue, or CheckpointError."""
+    for name, data, keys in (("state.json", ckpt["state"], STATE_KEYS), ("pools.json", ckpt["pools"], POOL_KEYS)):
+        missing = [k for k in keys if k not in data] if isinstance(data, dict) else list(keys)
+        if missing:
+            raise CheckpointError(f"checkpoint {ckpt['path']}: {name} has no {', '.join(repr(k) for k in missing)} "
+                                  "(not written by ulorl train, or edited); resume from another checkpoint")
 
 
 def _torch_load(path: Path):
@@ -298,7 +417,7 @@ def load_checkpoint(path: str | Path, *, verify: bool = True) -> dict:
     try:
         state = json.loads((path / "state.json").read_text())
         pools = json.loads((path / "pools.json").read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+    except (json.JSONDecodeError, UnicodeDecodeError, RecursionError) as e:
         raise CheckpointError(f"checkpoint {path}: unreadable JSON ({e})") from e
     return {
         "path": path,

@@ -12,16 +12,18 @@ import json
 import os
 import random
 import shutil
+import time
 from pathlib import Path
 
 import numpy as np
 import torch
 
 from ulorl.audit import SampleLog
-from ulorl.checkpoint import (LATEST, CheckpointError, compare_configs, find_resumable, incomplete_saves,
-                              load_checkpoint, resolve_resume_path, rng_state, save_checkpoint, set_latest,
-                              set_rng_state, step_of, torch_rng_state)
-from ulorl.config import RunConfig, dump_yaml, to_dict
+from ulorl.checkpoint import (LATEST, CheckpointError, atomic_write_text, check_run_state, compare_configs,
+                              existing_checkpoints, find_resumable, incomplete_saves, load_checkpoint, make_run_dir,
+                              resolve_resume_path, rng_state, save_checkpoint, set_latest, set_rng_state,
+                              torch_rng_state)
+from ulorl.config import RunConfig, check_runnable, dump_yaml, to_dict
 from ulorl.data import load_prompts
 from ulorl.distributed.placement import build_placement
 from ulorl.models import eos_token_ids, load_model, load_tokenizer
@@ -69,8 +71,8 @@ class TrainSession:
     def __init__(self, cfg: RunConfig, run_dir: str | Path, resume: str | None = None) -> None:
         from ulorl.logging import make_loggers
 
-        self.cfg, self.run_dir = cfg, Path(run_dir)
-        self.run_dir.mkdir(parents=True, exist_ok=True)
+        check_runnable(cfg)
+        self.cfg, self.run_dir = cfg, make_run_dir(run_dir)
         self.ckpt_root = self.run_dir / "checkpoints"
         ckpt = self._find_checkpoint(resume)
         policy_path = str(ckpt["model_dir"]) if ckpt else warm_start(cfg, self.run_dir)
@@ -117,7 +119,7 @@ class TrainSession:
                 raise
             self._commit_resumed(ckpt["path"])
         resume_step = self.step if ckpt else None
-        (self.run_dir / "config.yaml").write_text(dump_yaml(cfg))
+        atomic_write_text(self.run_dir / "config.yaml", dump_yaml(cfg))
         self.loggers = make_loggers(cfg.logging.loggers, self.run_dir, table_every=cfg.logging.table_every,
                                     project=cfg.logging.wandb_project, resume_step=resume_step, config=to_dict(cfg))
         self.samples = SampleLog(self.run_dir / "samples.jsonl", resume_step, text_chars=cfg.logging.sample_text_chars,
@@ -127,19 +129,25 @@ class TrainSession:
     def _find_checkpoint(self, resume: str | None) -> dict | None:
         """The checkpoint to resume from (verified, config-checked), or None for a fresh start."""
         if resume is None:
-            earlier = [p for p in self.ckpt_root.glob("step_*") if step_of(p) is not None]
-            if earlier or (self.ckpt_root / LATEST).exists():
+            if existing_checkpoints(self.ckpt_root) or (self.ckpt_root / LATEST).exists():
                 raise CheckpointError(f"{self.ckpt_root} already holds checkpoints of an earlier run: pass "
-                                      "--resume auto to continue it, or choose another --output-dir")
+                                      "--resume auto to continue it, --resume never to start over (its files are "
+                                      "moved aside), or choose another --output-dir")
+            set_aside_earlier_run(self.run_dir)
+            return None
+        if resume == "never":
+            set_aside_earlier_run(self.run_dir)
             return None
         if resume == "auto":
             path, notes = find_resumable(self.ckpt_root)
             for n in notes:
                 say(f"--resume auto: {n}")
             if path is None:
+                self._refuse_to_start_over(notes)
                 left = incomplete_saves(self.ckpt_root)
                 why = f" (ignoring {len(left)} interrupted save(s): {', '.join(p.name for p in left)})" if left else ""
                 say(f"--resume auto: no complete checkpoint in {self.ckpt_root}{why}; starting from the beginning")
+                set_aside_earlier_run(self.run_dir)
                 return None
             ckpt = load_checkpoint(path, verify=False)  # find_resumable has just verified it
         else:
@@ -148,6 +156,7 @@ class TrainSession:
                 ckpt = load_checkpoint(path)
             except CheckpointError as e:
                 raise CheckpointError(f"{e}\n(--resume auto falls back to the newest valid checkpoint)") from e
+        check_run_state(ckpt)
         bad, ok, other = compare_configs(ckpt["state"]["config"], to_dict(self.cfg))
         if bad:
             raise CheckpointError(f"refusing to resume from {path}: incompatible config changes (they would make "
@@ -159,6 +168,18 @@ class TrainSession:
             say(f"resume: config change allowed, may alter results: {line}")
         say(f"resuming from {path} (step {ckpt['state']['step']})")
         return ckpt
+
+    def _refuse_to_start_over(self, notes: list[str]) -> None:
+        """`--resume auto` with checkpoints of which none verifies: stop; a fresh start would bury the run."""
+        found = existing_checkpoints(self.ckpt_root)
+        if not found and not (self.ckpt_root / LATEST).exists():
+            return  # nothing was ever committed (killed during the first save): starting over loses nothing
+        listed = "\n  ".join([p.name for _, p in found] or ["(none; only the pointer)"])
+        raise CheckpointError(
+            f"--resume auto: {self.ckpt_root} holds checkpoints but none verifies; nothing was changed.\n"
+            f"checkpoints:\n  {listed}\nwhat failed:\n  " + "\n  ".join(notes or ["(no details)"]) +
+            "\nrestore a good copy, resume from one with --resume PATH, or start over with --resume never "
+            "(the earlier run's files are moved aside) or another --output-dir")
 
     def _restore(self, ckpt: dict) -> None:
         s = ckpt["state"]
@@ -214,4 +235,35 @@ class TrainSession:
         self.placement.close()
         self.loggers.close()
         self.samples.close()
-        (self.run_dir / "history.json").write_text(json.dumps(self.history, indent=1))
+        write_history(self.run_dir, self.history)
+
+
+def write_history(run_dir: Path, history: dict) -> None:
+    """`history.json`, a convenience copy (checkpoints hold the history): replaced whole or left as it was
+    (a full disk once left it at 0 bytes), and a failure only warns: it must not mask the run's own error."""
+    try:
+        atomic_write_text(run_dir / "history.json", json.dumps(history, indent=1))
+    except OSError as e:
+        say(f"could not write {run_dir / 'history.json'}: {e.strerror or e} (the previous copy is kept)")
+
+
+# what a run writes into its folder; a fresh start moves an earlier run's copies aside (never truncates them).
+# warm_start/ stays: the SFT warm start is reused when its model is complete
+RUN_OUTPUTS = ("checkpoints", "samples.jsonl", "metrics.jsonl", "metrics.jsonl.bak", "history.json",
+               "summary.json", "config.yaml", "tensorboard")
+
+
+def set_aside_earlier_run(run_dir: Path) -> Path | None:
+    """Move an earlier run's outputs into `run_dir/earlier-<time>/`; returns that folder (None: nothing there)."""
+    present = [run_dir / n for n in RUN_OUTPUTS if (run_dir / n).exists()]
+    if not present:
+        return None
+    aside = run_dir / f"earlier-{time.strftime('%Y%m%d-%H%M%S')}"
+    n = 1
+    while aside.exists():
+        aside, n = run_dir / f"earlier-{time.strftime('%Y%m%d-%H%M%S')}-{n}", n + 1
+    aside.mkdir(mode=0o700)
+    for p in present:
+        os.replace(p, aside / p.name)
+    say(f"starting over: the earlier run's {', '.join(p.name for p in present)} moved to {aside}")
+    return aside
