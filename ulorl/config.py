@@ -307,8 +307,16 @@ _DEVICE_COUNT = {
 
 
 def check_runnable(cfg: RunConfig) -> None:
-    """What a valid config still needs from this machine, checked before any work: the device exists."""
+    """What a valid config still needs from this machine, checked before any work (no warm start first):
+    the device exists, and the judge's API key variable is set."""
+    import os
+
     import torch
+
+    r = cfg.reward
+    if r.judge != "none" and r.judge_url and r.api_key_env and not os.environ.get(r.api_key_env):
+        raise ConfigError(f"reward.api_key_env={r.api_key_env!r}: that environment variable is not set or empty; "
+                          "export it before the run (the key is read from it, never from a config)")
 
     dev = torch.device(cfg.train.device)
     count = _DEVICE_COUNT.get(dev.type, lambda torch: 0)(torch)
