@@ -97,3 +97,26 @@ def test_problem_bounds():
         OdometerProblem(start=0, steps=1000)
     with pytest.raises(ValueError):
         generate_problems(1, seed=0, max_size=1000)
+
+
+def test_sft_sequences_of_the_long_task_cut_long_solutions_without_eos():
+    from ulorl.sft import sft_sequences
+
+    tok = build_tokenizer()
+    seqs = sft_sequences(tok, 200, seed=0, max_size=999, task=BuiltinTask.ODOMETER.value, alpha=0.3,
+                         max_response_tokens=100)
+    prompts = [tok.decode(p) for p, _ in seqs]
+    assert all("add start" in p for p in prompts)
+    cut = [r for _, r in seqs if len(r) == 100 and r[-1] != tok.eos_token_id]
+    whole = [r for _, r in seqs if r[-1] == tok.eos_token_id]
+    assert len(cut) + len(whole) == 200 and cut and whole
+    # a solution of n steps has 5n + 8 tokens with EOS: the whole ones are those with n <= 18
+    assert all(len(r) <= 98 and (len(r) - 8) % 5 == 0 for r in whole)
+
+
+def test_sft_config_names_the_valid_tasks():
+    from ulorl.config import ConfigError, SFTConfig
+
+    assert SFTConfig(task="builtin:odometer", alpha=0.3, max_response_tokens=200).task == "builtin:odometer"
+    with pytest.raises(ConfigError, match="builtin:odometer"):
+        SFTConfig(task="builtin:nope")

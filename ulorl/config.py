@@ -19,6 +19,7 @@ from ulorl.distributed.config import DistributedConfig
 from ulorl.evaluation.config import EvalConfig
 from ulorl.reward.config import RewardConfig
 from ulorl.rollout.engines.base import EngineName, check_sampling
+from ulorl.tasks import TASKS
 
 __all__ = ["AlgoConfig", "CheckpointConfig", "ConfigError", "DistributedConfig", "LoggingConfig", "ModelConfig",
            "RolloutConfig", "RunConfig", "SFTConfig", "TrainConfig", "VLLMConfig", "load_run_config", "dump_yaml",
@@ -199,11 +200,18 @@ class SFTConfig:
     num_examples: int = 6000
     max_size: int = 64  # only problems with at most this many steps (train on short ones, RL learns long ones)
     seed: int = 0
+    task: str = "builtin:chain"  # the built-in task whose worked solutions are trained on (ulorl.tasks)
+    alpha: float | None = None  # size-law exponent of the SFT problems; None: the task's own
+    max_response_tokens: int | None = None  # cut longer solutions there, without EOS (cheap long-problem steps)
 
     def __post_init__(self) -> None:
         for k in ("steps", "batch_size", "batch_tokens", "lr", "num_examples", "max_size"):
             _positive(f"sft.{k}", getattr(self, k))
         _positive("sft.warmup_steps", self.warmup_steps, allow_zero=True)
+        _choice("sft.task", self.task, list(TASKS))
+        for k in ("alpha", "max_response_tokens"):
+            if getattr(self, k) is not None:
+                _positive(f"sft.{k}", getattr(self, k))
 
 
 @dataclass

@@ -3,7 +3,12 @@
 RL needs a policy with non-trivial but imperfect accuracy. We train the tiny model
 on worked solutions of problems with at most `sft.max_size` steps for a short,
 fixed budget, so it answers short problems often and long ones rarely: RL has
-something to learn. The loss is the mean cross-entropy over response tokens
+something to learn. `sft.task` picks the built-in task (`builtin:chain` or
+`builtin:odometer`) and `sft.alpha` its size law. With `sft.max_response_tokens`,
+longer worked solutions are cut there without EOS: since every step of a built-in
+task is local, a prefix of a long solution teaches the step at counter values that
+only long problems reach, for a fraction of the tokens (the long run's warm start).
+The loss is the mean cross-entropy over response tokens
 (prompt tokens are not trained). Batches are random (`sft.bucketed=false`, the
 default: mixed lengths learn the task more reliably) or length-bucketed under a
 token budget (less padding, faster steps). Writes an HF folder and a loss curve.
@@ -21,20 +26,26 @@ from tqdm.auto import tqdm
 
 from ulorl.config import ModelConfig, SFTConfig
 from ulorl.models import load_model, load_tokenizer
-from ulorl.tasks.chain import make_rows
+from ulorl.tasks import BuiltinTask, task_rows
 
 SFT_SEED_OFFSET = 7919  # SFT problems never share a seed with the RL train/eval splits
 
 
-def sft_sequences(tokenizer, n: int, seed: int, max_size: int) -> list[tuple[list[int], list[int]]]:
-    """(prompt tokens, response tokens incl. EOS) for `n` built-in problems of size <= max_size."""
-    rows = make_rows(n, seed=seed + SFT_SEED_OFFSET, split="sft", max_size=max_size)
+def sft_sequences(tokenizer, n: int, seed: int, max_size: int, task: str = BuiltinTask.CHAIN.value,
+                  alpha: float | None = None, max_response_tokens: int | None = None
+                  ) -> list[tuple[list[int], list[int]]]:
+    """(prompt tokens, response tokens incl. EOS) for `n` problems of `task` of size <= max_size.
+
+    `alpha`: the size law's exponent (None: the task's default). Responses longer than
+    `max_response_tokens` are cut to that many tokens, without EOS."""
+    law = {"max_size": max_size} if alpha is None else {"max_size": max_size, "alpha": alpha}
+    rows = task_rows(task, n, seed=seed + SFT_SEED_OFFSET, split="sft", **law)
     out = []
     for r in rows:
         text = tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False)
         prompt = tokenizer(text, add_special_tokens=False)["input_ids"]
         resp = tokenizer(r["extra_info"]["solution"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
-        out.append((prompt, resp))
+        out.append((prompt, resp[:max_response_tokens] if max_response_tokens else resp))
     return out
 
 
@@ -79,7 +90,7 @@ def run_sft(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progres
     torch.manual_seed(cfg.seed)
     tok = load_tokenizer(model_cfg.path, model_cfg.trust_remote_code)
     model = load_model(model_cfg.path, model_cfg.dtype, model_cfg.trust_remote_code)
-    data = sft_sequences(tok, cfg.num_examples, cfg.seed, cfg.max_size)
+    data = sft_sequences(tok, cfg.num_examples, cfg.seed, cfg.max_size, cfg.task, cfg.alpha, cfg.max_response_tokens)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
     gen = torch.Generator().manual_seed(cfg.seed)
     batches = bucket_batches([len(p) + len(r) for p, r in data], cfg.batch_tokens, cfg.batch_size)
