@@ -9,6 +9,7 @@ Every command writes into a run folder (`--output-dir`, default
 from __future__ import annotations
 
 import argparse
+import errno
 import json
 import sys
 import time
@@ -46,6 +47,7 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_train(args) -> int:
+    from ulorl.checkpoint import atomic_write_text
     from ulorl.config import dump_yaml
     from ulorl.trainer import train
 
@@ -54,7 +56,7 @@ def cmd_train(args) -> int:
     print(f"# resolved config (saved to {run_dir / 'config.yaml'})\n{dump_yaml(cfg)}", flush=True)
     summary = train(cfg, run_dir, resume=args.resume)
     print(format_summary(summary))
-    (run_dir / "summary.json").write_text(json.dumps(summary, indent=1))
+    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1))
     return 0
 
 
@@ -86,10 +88,13 @@ def cmd_sft(args) -> int:
     from ulorl.config import dump_yaml
     from ulorl.sft_report import sft_and_report
 
+    from ulorl.checkpoint import atomic_write_text, make_run_dir
+    from ulorl.config import check_runnable
+
     cfg = _load_cfg(args)
-    run_dir = _run_dir(args, "sft")
-    run_dir.mkdir(parents=True, exist_ok=True)
-    (run_dir / "config.yaml").write_text(dump_yaml(cfg))
+    check_runnable(cfg)
+    run_dir = make_run_dir(_run_dir(args, "sft"))
+    atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))
     print(f"# resolved config (saved to {run_dir / 'config.yaml'})\n{dump_yaml(cfg)}", flush=True)
     report = sft_and_report(cfg, run_dir)
     print(json.dumps(report, indent=1))
@@ -109,14 +114,17 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="ulorl", description="UloRL: RL for language models with ultra-long answers "
                                 "(segment rollout, POIS/SAIS/TOIS, DMMPTs).")
     p.add_argument("--version", action="version", version=f"ulorl {__version__}")
+    p.add_argument("--debug", action="store_true", help="show the traceback of a user error (anywhere on the line)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     t = sub.add_parser("train", help="RL training with segment rollout (the main job)",
                        description="Run UloRL training. With the built-in defaults: SFT warm start of the tiny "
                        "model, accuracy before, RL with segment rollout, accuracy after, summary.")
     _add_config_args(t)
-    t.add_argument("--resume", default=None, metavar="auto|PATH",
-                   help="resume from the newest complete checkpoint of --output-dir (auto) or a checkpoint folder")
+    t.add_argument("--resume", default=None, metavar="auto|never|PATH",
+                   help="auto: continue from the newest complete checkpoint of --output-dir (an error when "
+                   "checkpoints exist but none verifies); never: start over, moving an earlier run's files "
+                   "aside; PATH: a checkpoint folder")
     t.set_defaults(func=cmd_train)
 
     s = sub.add_parser("sft", help="supervised warm start of the model on the built-in task",
@@ -170,21 +178,70 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+# -- one handler for every user error --------------------------------------------------------------
+# what an OSError means for the user, by errno (the message names the path the error concerns)
+_OS_HINTS = {
+    errno.ENOSPC: "the disk is full; free space and run again (train: --resume auto continues from the last "
+                  "complete checkpoint)",
+    errno.EDQUOT: "the disk quota is exceeded; free space and run again",
+    errno.EACCES: "permission denied; choose a path you can write (--output-dir)",
+    errno.EPERM: "operation not permitted; choose a path you can write (--output-dir)",
+    errno.EROFS: "the file system is read-only; choose another --output-dir",
+    errno.ENOTDIR: "a part of this path is a file, not a folder",
+    errno.EEXIST: "it exists and is not a folder",
+    errno.EISDIR: "it is a folder where a file is expected",
+    errno.ENOENT: "no such file or folder",
+}
+
+
+def _os_message(e: OSError) -> str:
+    where = f"{e.filename}: " if e.filename else ""
+    hint = _OS_HINTS.get(e.errno or 0)
+    return f"{where}{e.strerror or e}" + (f" ({hint})" if hint else "")
+
+
+def _user_errors() -> list[tuple[type[BaseException], int, object]]:
+    """(exception type, exit status, message) for every error a user can cause; first match wins."""
+    from ulorl.errors import UlorlError
+    from ulorl.stall import StallError
+
+    return [
+        (StallError, 3, str),  # the run cannot fill a batch: stall_report.json says why
+        (FloatingPointError, 3, str),  # repeated non-finite updates: the last good state is checkpointed
+        (UlorlError, 2, str),  # ConfigError, CheckpointError, DataError, ...: the message names the key/file/row
+        (OSError, 2, _os_message),
+        (UnicodeError, 2, lambda e: f"text that is not valid UTF-8: {e}"),
+        (RecursionError, 2, lambda e: "input nested too deeply to read"),
+        (KeyboardInterrupt, 130, lambda e: "interrupted"),
+    ]
+
+
+def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
+    """Parse, accepting dotted overrides anywhere on the line (also after `--resume auto`)."""
+    args, extra = parser.parse_known_args(argv)
+    stray = [a for a in extra if a.startswith("-") or "=" not in a or not hasattr(args, "overrides")]
+    if stray:
+        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if extra:
+        args.overrides = [*args.overrides, *extra]
+    return args
+
+
 def main(argv: list[str] | None = None) -> int:
     _quiet_transformers()
-    from ulorl.checkpoint import CheckpointError
-    from ulorl.config_loader import ConfigError
-    from ulorl.data import DataError
-
-    args = build_parser().parse_args(argv)
+    argv = list(sys.argv[1:] if argv is None else argv)
+    debug = "--debug" in argv
+    args = parse_args(build_parser(), [a for a in argv if a != "--debug"])
     try:
         return int(args.func(args) or 0)
-    except (ConfigError, CheckpointError, DataError, FileNotFoundError) as e:
-        print(f"ulorl {args.command}: error: {e}", file=sys.stderr)
-        return 2
-    except FloatingPointError as e:  # repeated non-finite updates: the last good state is checkpointed
-        print(f"ulorl {args.command}: error: {e}", file=sys.stderr)
-        return 3
+    except BaseException as e:
+        if debug:
+            raise
+        for kind, code, message in _user_errors():
+            if isinstance(e, kind):
+                print(f"ulorl {args.command}: error: {message(e)}", file=sys.stderr)  # type: ignore[operator]
+                return code
+        raise
 
 
 if __name__ == "__main__":

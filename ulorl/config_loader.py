@@ -17,8 +17,10 @@ from typing import Any
 
 import yaml
 
+from ulorl.errors import UlorlError
 
-class ConfigError(ValueError):
+
+class ConfigError(UlorlError, ValueError):
     """A config problem, reported with the dotted key it concerns."""
 
 

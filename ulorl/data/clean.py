@@ -16,11 +16,12 @@ from pathlib import Path
 
 from ulorl.data.clean_steps import (MODEL_STEPS, RULE_STEPS, STEPS, Action, CleanContext, CleanOptions, CleanStep,
                                     parse_steps)
-from ulorl.data.config import DataConfig
-from ulorl.data.formats import Storage, detect_storage, write_rows
+from ulorl.data.config import BadRowPolicy, DataConfig, DataFormat
+from ulorl.data.formats import Storage, detect_storage, output_storage, write_rows
 from ulorl.data.loaders import read_source, validate_source
 from ulorl.reward.cli_args import add_reward_arguments, reward_config_from_args
-from ulorl.data.validate import RowSchema, guess_schema
+from ulorl.data.records import DataError
+from ulorl.data.validate import RowSchema, ValidRow, get_path, guess_schema, set_path
 
 EXAMPLES_PER_REASON = 3
 EXAMPLE_CHARS = 200
@@ -66,7 +67,7 @@ def _model_context(ctx: CleanContext, stack: contextlib.ExitStack, model_paths: 
     o = ctx.options
     if not ctx.samplers:
         if not model_paths:
-            raise ValueError(f"cleaning steps {[s.value for s in MODEL_STEPS]} need at least one model (--model PATH)")
+            raise DataError(f"cleaning steps {[s.value for s in MODEL_STEPS]} need at least one model (--model PATH)")
         from ulorl.data.sampler import ResponseSampler
         from ulorl.rollout.engines.base import SamplingParams
 
@@ -162,11 +163,13 @@ def add_clean_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--max-answer-chars", type=int, default=o.max_answer_chars)
     parser.add_argument("--max-list-items", type=int, default=o.max_list_items)
     parser.add_argument("--consensus-threshold", type=float, default=o.consensus_threshold)
-    parser.add_argument("--format", default="auto", help="auto | verl | jsonl | trl | disk")
+    parser.add_argument("--format", default="auto", choices=[f.value for f in DataFormat],
+                        help="how the input is laid out (default: by name and columns)")
     parser.add_argument("--prompt-key", default="prompt")
     parser.add_argument("--answer-key", default="answer")
     parser.add_argument("--data-source-key", default="data_source")
-    parser.add_argument("--on-bad-row", default="error", help="error | skip (skipped rows are counted in the report)")
+    parser.add_argument("--on-bad-row", default="error", choices=[b.value for b in BadRowPolicy],
+                        help="skipped rows are counted in the report")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
     add_reward_arguments(parser)  # --config / --reward: how model samples are scored, as in training
@@ -174,11 +177,28 @@ def add_clean_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
 
 
 def _output_storage(output: str, input_storage: Storage | None) -> Storage:
-    if Path(output).suffix:
-        return detect_storage(output)
+    if Path(output).suffix or Path(output).is_dir():
+        return output_storage(output)
     if input_storage is None:
-        raise ValueError(f"--output {output!r}: name it .jsonl or .parquet")
+        raise DataError(f"--output {output!r}: name it .jsonl or .parquet")
     return input_storage
+
+
+def _input_storage(args: argparse.Namespace) -> Storage | None:
+    """The input's storage as `read_source` will see it; a name it cannot place is an error naming --format."""
+    if args.input.startswith("builtin:"):
+        return None
+    fixed = {DataFormat.JSONL.value: Storage.JSONL, DataFormat.DISK.value: Storage.DISK}
+    return fixed.get(args.format) or detect_storage(args.input, "pass --format jsonl or --format disk")
+
+
+def _decoded_prompt(row: dict, v: ValidRow, schema: RowSchema) -> dict:
+    """The row with its prompt as validated text when it was stored as bytes (a binary parquet column)."""
+    raw = get_path(row, schema.prompt_key)
+    binary = isinstance(raw, (bytes, bytearray)) or (
+        isinstance(raw, (list, tuple)) and any(isinstance(m, dict) and any(isinstance(x, bytes) for x in m.values())
+                                               for m in raw))
+    return set_path(row, schema.prompt_key, v.prompt) if binary else row
 
 
 def run_clean(args: argparse.Namespace) -> int:
@@ -190,11 +210,17 @@ def run_clean(args: argparse.Namespace) -> int:
     options = CleanOptions(k=args.k, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
                            batch_size=args.batch_size, seed=args.seed, max_answer_chars=args.max_answer_chars,
                            max_list_items=args.max_list_items, consensus_threshold=args.consensus_threshold)
-    parse_steps(steps)  # fail on a typo before reading anything
+    try:
+        parse_steps(steps)  # fail on a typo before reading anything
+    except ValueError as e:
+        raise DataError(f"--steps: {e}") from None
+    if any(s in MODEL_STEPS for s in parse_steps(steps)) and not args.model:
+        raise DataError(f"--steps {steps}: steps {[s.value for s in MODEL_STEPS]} need at least one --model PATH")
+    out_storage = _output_storage(args.output, _input_storage(args))
     raw = read_source(args.input, data_cfg, split="train")
-    out_storage = _output_storage(args.output, raw.storage)
     valid, load_report = validate_source(raw, args.on_bad_row, skip_hint="--on-bad-row skip")
-    rows = [raw.rows[v.index] for v in valid]
+    load_report.n_loaded = len(valid)
+    rows = [_decoded_prompt(raw.rows[v.index], v, raw.schema) for v in valid]
     cleaned, report = clean_rows(rows, steps, model_paths=args.model, schema=raw.schema, options=options,
                                  row_ids=[v.index for v in valid], device=args.device, dtype=args.dtype,
                                  reward=reward)

@@ -10,6 +10,7 @@ shards are Arrow IPC streams), so `datasets` is not needed at run time.
 from __future__ import annotations
 
 import json
+import math
 from enum import Enum
 from pathlib import Path
 
@@ -30,15 +31,27 @@ _SUFFIXES = {".parquet": Storage.PARQUET, ".jsonl": Storage.JSONL, ".ndjson": St
 _SPLIT_NAMES = {"train": ("train",), "eval": ("test", "validation", "eval", "valid", "dev")}
 
 
-def detect_storage(path: str | Path) -> Storage:
-    """By extension (.parquet, .jsonl/.ndjson/.json) or folder (save_to_disk)."""
+def detect_storage(path: str | Path, format_hint: str = "set data.format explicitly") -> Storage:
+    """By extension (.parquet, .jsonl/.ndjson/.json) or folder (save_to_disk); `format_hint` says how the
+    caller's user names the format instead (a config key, or `--format` for `ulorl clean`)."""
     p = Path(path)
     if p.is_dir():
         return Storage.DISK
     if p.suffix.lower() in _SUFFIXES:
         return _SUFFIXES[p.suffix.lower()]
     raise DataError(f"{path}: cannot tell the format from the name; expected a .parquet, .jsonl/.ndjson/.json "
-                    f"file or a datasets.save_to_disk folder (or set data.format explicitly)")
+                    f"file or a datasets.save_to_disk folder (or {format_hint})")
+
+
+def output_storage(path: str | Path) -> Storage:
+    """The storage of an output path, by its name; an existing folder may only be a save_to_disk output."""
+    p = Path(path)
+    if p.suffix.lower() in _SUFFIXES:
+        if p.is_dir():
+            raise DataError(f"{path}: is an existing folder, but its name says {_SUFFIXES[p.suffix.lower()].value}; "
+                            "give a file name, or a folder name without an extension for save_to_disk")
+        return _SUFFIXES[p.suffix.lower()]
+    return detect_storage(p, "name the output .jsonl or .parquet")
 
 
 def read_rows(path: str | Path, storage: Storage, split: str = "train") -> list[dict | RowIssue]:
@@ -46,6 +59,9 @@ def read_rows(path: str | Path, storage: Storage, split: str = "train") -> list[
     p = Path(path)
     if not p.exists():
         raise DataError(f"{path}: no such file or folder")
+    if storage is not Storage.DISK and p.is_dir():
+        raise DataError(f"{path}: is a folder, but the format given reads a {storage.value} file; give the file, "
+                        "or format disk for a datasets.save_to_disk folder")
     if storage is Storage.DISK:
         return _read_disk(p, split)
     return _read_parquet(p) if storage is Storage.PARQUET else _read_jsonl(p)
@@ -58,6 +74,8 @@ def _read_jsonl(path: Path) -> list[dict | RowIssue]:
             items = json.loads(raw.decode("utf-8", errors="surrogateescape"))
         except json.JSONDecodeError as e:
             raise DataError(f"{path}: invalid JSON array: {e}") from e
+        except RecursionError:
+            raise DataError(f"{path}: JSON nested too deeply to read") from None
         return [_as_object(x, i) for i, x in enumerate(items)]
     rows: list[dict | RowIssue] = []
     for line_no, line in enumerate(raw.split(b"\n"), start=1):
@@ -68,6 +86,10 @@ def _read_jsonl(path: Path) -> list[dict | RowIssue]:
             obj = json.loads(line.decode("utf-8", errors="surrogateescape"))
         except json.JSONDecodeError as e:
             rows.append(RowIssue(i, "<row>", "invalid_json", f"one JSON object per line (line {line_no})", str(e)))
+            continue
+        except RecursionError:
+            rows.append(RowIssue(i, "<row>", "invalid_json", f"one JSON object per line (line {line_no})",
+                                 "JSON nested too deeply to read"))
             continue
         rows.append(_as_object(obj, i))
     return rows
@@ -86,10 +108,22 @@ def _read_parquet(path: Path) -> list[dict | RowIssue]:
         raise DataError(f"{path}: cannot read as parquet: {e}") from e
 
 
+def _json_field(path: Path, key: str, kind: type) -> object:
+    """`key` of the JSON object in file `path`, of type `kind`, or a DataError naming the file."""
+    try:
+        value = json.loads(path.read_bytes())[key]
+        if not isinstance(value, kind):
+            raise TypeError(f"'{key}' is a {type(value).__name__}")
+        return value
+    except (ValueError, RecursionError, KeyError, TypeError, IndexError) as e:
+        raise DataError(f"{path}: not a valid datasets metadata file (need a JSON object with a {kind.__name__} "
+                        f"'{key}'): {type(e).__name__}: {e}") from None
+
+
 def _read_disk(path: Path, split: str) -> list[dict | RowIssue]:
     dd = path / "dataset_dict.json"
     if dd.exists():  # a DatasetDict: pick the split
-        splits = json.loads(dd.read_text())["splits"]
+        splits = _json_field(dd, "splits", list)
         wanted = _SPLIT_NAMES.get(split, (split,))
         chosen = next((s for s in wanted if s in splits), splits[0] if len(splits) == 1 else None)
         if chosen is None:
@@ -98,7 +132,12 @@ def _read_disk(path: Path, split: str) -> list[dict | RowIssue]:
     state = path / "state.json"
     if not state.exists():
         raise DataError(f"{path}: not a datasets.save_to_disk folder (no state.json or dataset_dict.json)")
-    files = [path / f["filename"] for f in json.loads(state.read_text())["_data_files"]]
+    entries = _json_field(state, "_data_files", list)
+    if not all(isinstance(f, dict) and isinstance(f.get("filename"), str) for f in entries):
+        raise DataError(f"{state}: every '_data_files' entry needs a 'filename'")
+    files = [path / f["filename"] for f in entries]
+    if not all(f.resolve().parent == path.resolve() for f in files):
+        raise DataError(f"{state}: a '_data_files' entry names a file outside {path}")
     try:
         tables = []
         for f in files:
@@ -116,9 +155,9 @@ def write_rows(rows: list[dict], path: str | Path, storage: Storage) -> None:
     if storage is Storage.JSONL:
         with open(p, "w", encoding="utf-8") as f:
             for r in rows:
-                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+                f.write(json.dumps(_jsonable(r), ensure_ascii=False, allow_nan=False, default=str) + "\n")
     elif storage is Storage.PARQUET:
-        pq.write_table(pa.Table.from_pylist(rows), p)
+        pq.write_table(_table(rows), p)
     else:
         try:
             import datasets
@@ -126,3 +165,23 @@ def write_rows(rows: list[dict], path: str | Path, storage: Storage) -> None:
             raise DataError(f"{path}: writing a save_to_disk folder needs `datasets`; "
                             f"name the output .jsonl or .parquet instead") from e
         datasets.Dataset.from_list(rows).save_to_disk(str(p))
+
+
+def _table(rows: list[dict]) -> pa.Table:
+    """Rows as a table with every column any row has (`from_pylist` keeps only the first row's keys),
+    in order of first appearance; a row without a column holds null there."""
+    columns = list(dict.fromkeys(k for r in rows for k in r))
+    return pa.Table.from_pydict({c: [r.get(c) for r in rows] for c in columns})
+
+
+def _jsonable(value: object) -> object:
+    """A value JSON can hold: NaN/inf (not JSON) become null, bytes (parquet binary columns) text."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value).decode("utf-8", errors="backslashreplace")
+    if isinstance(value, dict):
+        return {k: _jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v) for v in value]
+    return value

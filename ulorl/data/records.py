@@ -8,8 +8,10 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ulorl.errors import UlorlError
 
-class DataError(ValueError):
+
+class DataError(UlorlError, ValueError):
     """A dataset row (or file) that cannot be used; the message names file, row and field."""
 
 
@@ -36,7 +38,9 @@ class RowIssue:
 
     row: int
     field: str
-    reason: str  # missing_field | wrong_type | empty_prompt | undecodable_text | bad_messages | invalid_json
+    # missing_field | wrong_type | empty_prompt | undecodable_text | nul_character | non_finite | bad_messages |
+    # invalid_json
+    reason: str
     expected: str
     got: str = ""
 

@@ -3,13 +3,15 @@
 Two schemas: verl's (`prompt` = chat messages, answer at `reward_model.ground_truth`)
 and flat keys (prompt string or messages, answer at `answer_key`, JSONL/TRL style).
 Keys may be dotted paths into nested dicts (`reward_model.ground_truth`).
-Answers may be strings or numbers (numbers become their string form); booleans,
-lists, dicts and nulls are rejected.
+Answers may be strings or finite numbers (numbers become their string form); NaN,
+infinities, booleans, lists, dicts and nulls are rejected. Text holding a NUL character,
+and invalid UTF-8 in any column, make a bad row.
 """
 
 from __future__ import annotations
 
 import copy
+import math
 from dataclasses import dataclass, field
 
 from ulorl.data.records import RowIssue
@@ -102,6 +104,9 @@ def _text(value: object, i: int, name: str, what: str) -> str | RowIssue:
     except UnicodeEncodeError as e:
         return RowIssue(i, name, "undecodable_text", "valid UTF-8 text",
                         f"an invalid byte or lone surrogate at character {e.start}")
+    if "\x00" in value:  # no tokenizer, template or answer checker expects it; often a binary column read as text
+        return RowIssue(i, name, "nul_character", "text without NUL characters",
+                        f"a NUL at character {value.index(chr(0))}")
     return value
 
 
@@ -143,12 +148,32 @@ def _prompt(value: object, i: int, schema: RowSchema) -> str | list[dict] | RowI
 def _answer(value: object, i: int, name: str) -> str | RowIssue:
     if is_missing(value) or value is None:
         return RowIssue(i, name, "missing_field", "a reference answer", "nothing")
+    if isinstance(value, float) and not math.isfinite(value):  # JSON's NaN/Infinity: "nan" then matched \boxed{nan}
+        return RowIssue(i, name, "non_finite", "a finite number or a string answer", str(value))
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return str(value)
     text = _text(value, i, name, "a string (or number) answer")
     if isinstance(text, str) and not text.strip():
         return RowIssue(i, name, "missing_field", "a non-blank reference answer", repr(text))
     return text
+
+
+def undecodable_field(row: dict) -> str | None:
+    """Dotted path of the first string anywhere in `row` holding invalid UTF-8 (kept by the JSONL reader as
+    lone surrogates), else None. Iterative: a deeply nested row cannot exhaust the stack."""
+    stack: list[tuple[str, object]] = [(str(k), v) for k, v in row.items()]
+    while stack:
+        path, value = stack.pop()
+        if isinstance(value, str):
+            try:
+                value.encode("utf-8")
+            except UnicodeEncodeError:
+                return path
+        elif isinstance(value, dict):
+            stack.extend((f"{path}.{k}", v) for k, v in value.items())
+        elif isinstance(value, (list, tuple)):
+            stack.extend((f"{path}[{j}]", v) for j, v in enumerate(value))
+    return None
 
 
 def validate_row(row: dict | RowIssue, i: int, schema: RowSchema, default_source: str) -> ValidRow | RowIssue:
@@ -170,4 +195,8 @@ def validate_row(row: dict | RowIssue, i: int, schema: RowSchema, default_source
     extra = row.get("extra_info")
     if extra is not None and not isinstance(extra, dict):
         return RowIssue(i, "extra_info", "wrong_type", "a dict (or absent)", type(extra).__name__)
+    bad = undecodable_field(row)
+    if bad is not None:
+        return RowIssue(i, bad, "undecodable_text", "valid UTF-8 text in every column",
+                        "an invalid byte or lone surrogate (it could not be written back)")
     return ValidRow(i, prompt, answer.strip(), source, dict(extra or {}))

@@ -1,0 +1,204 @@
+"""Issue 15: every user error is one line naming the file, key or row; a traceback only with --debug.
+
+Each case runs `ulorl.cli.main(argv)` in-process on input built in `tmp_path` and checks the exit
+status and that stderr is exactly one `ulorl COMMAND: error: ...` line holding the expected words.
+Nothing here trains: every case fails before the warm start (that is part of what is tested).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from ulorl.cli import main as cli
+
+QUICK = ["model.warm_start=none", "data.eval=null", "logging.progress=false", "logging.loggers=[jsonl]"]
+
+
+def run(argv: list[str], capsys) -> tuple[int, str]:
+    capsys.readouterr()
+    try:
+        rc = cli(argv)
+    except SystemExit as e:  # argparse's own usage errors
+        rc = e.code
+    return rc, capsys.readouterr().err
+
+
+def assert_one_line(err: str, command: str, *words: str) -> None:
+    lines = err.strip().splitlines()
+    assert "Traceback" not in err, err
+    assert len(lines) == 1 and lines[0].startswith(f"ulorl {command}: error: "), err
+    for w in words:
+        assert w in lines[0], (w, lines[0])
+
+
+# -- config, devices, reward, judge key --------------------------------------------------------------
+def _latin1(tmp: Path) -> list[str]:
+    (tmp / "latin.yaml").write_bytes("train:\n  steps: 3  # caf\xe9\n".encode("latin-1"))
+    return ["config", "-c", str(tmp / "latin.yaml")]
+
+
+CONFIG_CASES = {
+    "non-UTF-8 config file": (_latin1, "config", ["latin.yaml", "not UTF-8"]),
+    "a directory as --config": (lambda t: ["config", "-c", str(t)], "config", ["is a directory"]),
+    "train.device=tpu": (lambda t: ["config", "train.device=tpu"], "config", ["train.device='tpu'"]),
+    "a typo in reward.fn": (lambda t: ["config", "reward.fn=rulle"], "config", ["reward.fn", "rulle"]),
+    "an unknown reward module": (lambda t: ["config", "reward.fn=no_such_module_xyz:score"], "config",
+                                 ["reward.fn", "no_such_module_xyz"]),
+    "NaN learning rate": (lambda t: ["config", "train.lr=.nan"], "config", ["train.lr=nan", "not a finite"]),
+    "a missing judge API key, before any work": (
+        lambda t: ["train", "-o", str(t / "run"), *QUICK, "reward.judge=rule_then_judge",
+                   "reward.judge_url=http://127.0.0.1:9", "reward.api_key_env=ULORL_TEST_UNSET_KEY"],
+        "train", ["reward.api_key_env='ULORL_TEST_UNSET_KEY'", "not set"]),
+    "a CUDA device that is not there": (lambda t: ["train", "-o", str(t / "run"), *QUICK, "train.device=cuda:64"],
+                                        "train", ["train.device='cuda:64'", "no such device"]),
+}
+
+
+@pytest.mark.parametrize("case", list(CONFIG_CASES))
+def test_config_errors_are_one_line(case, tmp_path, capsys, monkeypatch):
+    monkeypatch.delenv("ULORL_TEST_UNSET_KEY", raising=False)
+    build, command, words = CONFIG_CASES[case]
+    rc, err = run(build(tmp_path), capsys)
+    assert rc == 2
+    assert_one_line(err, command, *words)
+    assert not (tmp_path / "run" / "warm_start").exists()  # failed before the warm start
+
+
+def test_debug_shows_the_traceback(tmp_path, capsys):
+    with pytest.raises(Exception, match="train.device='tpu'"):
+        cli(["config", "--debug", "train.device=tpu"])
+
+
+# -- the output folder ----------------------------------------------------------------------------------
+def _file(tmp: Path) -> Path:
+    (tmp / "afile").write_text("x")
+    return tmp / "afile"
+
+
+OUTPUT_CASES = {
+    "is a file": (lambda t: _file(t), ["afile", "exists and is not a folder"]),
+    "lies under a file": (lambda t: _file(t) / "run", ["afile/run", "Not a directory", "is a file"]),
+}
+
+
+@pytest.mark.parametrize("case", list(OUTPUT_CASES))
+def test_an_unusable_output_folder_is_one_line(case, tmp_path, capsys):
+    make, words = OUTPUT_CASES[case]
+    rc, err = run(["train", "-o", str(make(tmp_path)), *QUICK], capsys)
+    assert rc == 2
+    assert_one_line(err, "train", *words)
+
+
+def test_a_read_only_output_folder_is_one_line(tmp_path, capsys, monkeypatch):
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(stat.S_IRUSR | stat.S_IXUSR)
+    if os.geteuid() == 0:  # root writes anywhere: make the permission check say what it says for a user
+        real = os.access
+        monkeypatch.setattr(os, "access", lambda p, mode, **k: False if Path(p) == ro / "run" else real(p, mode, **k))
+        ro.chmod(0o700)
+    rc, err = run(["train", "-o", str(ro / "run"), *QUICK], capsys)
+    assert rc == 2
+    assert_one_line(err, "train", "ro/run", "ermission denied")
+
+
+def test_run_folders_are_private(tmp_path, capsys):
+    from ulorl.checkpoint import make_run_dir
+
+    run_dir = make_run_dir(tmp_path / "a" / "run")
+    assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700  # configs can name endpoints: not world-readable
+    rc, _ = run(["sft", "-o", str(tmp_path / "sft"), "train.device=tpu"], capsys)  # refused before the folder
+    assert rc == 2 and not (tmp_path / "sft").exists()
+
+
+# -- overrides anywhere on the line ------------------------------------------------------------------------
+def test_overrides_are_accepted_after_options(tmp_path, capsys):
+    rc = cli(["config", "-c", "configs/demo.yaml", "train.steps=7", "--output-dir", str(tmp_path), "train.lr=0.5"])
+    out = capsys.readouterr().out
+    assert rc == 0 and "steps: 7" in out and "lr: 0.5" in out
+    from ulorl.cli import build_parser, parse_args
+
+    args = parse_args(build_parser(), ["train", "--resume", "auto", "train.steps=3", "rollout.num_segments=2"])
+    assert args.resume == "auto" and args.overrides == ["train.steps=3", "rollout.num_segments=2"]
+    rc, err = run(["train", "--resume", "auto", "--bogus-flag"], capsys)
+    assert rc == 2 and "unrecognized arguments: --bogus-flag" in err
+
+
+# -- `ulorl clean` inputs ------------------------------------------------------------------------------------
+def _jsonl(tmp: Path, text: str | bytes, name: str = "in.jsonl") -> str:
+    p = tmp / name
+    p.write_bytes(text if isinstance(text, bytes) else text.encode())
+    return str(p)
+
+
+def _disk(tmp: Path, broken: str) -> str:
+    folder = tmp / "ds"
+    folder.mkdir()
+    if broken == "dataset_dict.json":
+        (folder / "dataset_dict.json").write_text('{"splits": ')
+    else:
+        (folder / "state.json").write_text('{"_data_files": 3}')
+    return str(folder)
+
+
+def _binary_parquet(tmp: Path) -> str:
+    pq.write_table(pa.table({"prompt": [b"What is 1+1?"], "answer": ["2"]}), tmp / "bin.parquet")
+    return str(tmp / "bin.parquet")
+
+
+GOOD = '{"prompt": "What is 1+1?", "answer": "2"}\n'
+CLEAN_CASES = {
+    "save_to_disk folder with a broken state.json": (lambda t: ["--input", _disk(t, "state.json")],
+                                                      ["state.json", "_data_files"]),
+    "save_to_disk folder with a broken dataset_dict.json": (lambda t: ["--input", _disk(t, "dataset_dict.json")],
+                                                             ["dataset_dict.json", "splits"]),
+    "JSONL nested 10^5 levels deep": (
+        lambda t: ["--input", _jsonl(t, '{"prompt": "q?", "answer": "1", "x": ' + "[" * 10**5 + "]" * 10**5 + "}\n")],
+        ["row 0", "nested too deeply"]),
+    "invalid UTF-8 in a column that is not validated": (
+        lambda t: ["--input", _jsonl(t, b'{"prompt": "q?", "answer": "1", "note": "\xff\xfe"}\n')],
+        ["row 0", "field 'note'", "undecodable_text"]),
+    "--format jsonl on a directory": (lambda t: ["--input", str(t), "--format", "jsonl"], ["is a folder"]),
+    "a bad --steps": (lambda t: ["--input", _jsonl(t, GOOD), "--steps", "bogus"], ["--steps", "bogus"]),
+    "a model step without --model": (lambda t: ["--input", _jsonl(t, GOOD), "--steps", "too_easy"],
+                                     ["too_easy", "--model"]),
+    "an unknown input extension": (lambda t: ["--input", _jsonl(t, GOOD, "in.txt")], ["in.txt", "--format"]),
+    "--output naming a folder that ends in .jsonl": (lambda t: ["--input", _jsonl(t, GOOD), "--output",
+                                                                str(_mkdir(t / "out.jsonl"))],
+                                                     ["out.jsonl", "existing folder"]),
+}
+
+
+def _mkdir(p: Path) -> Path:
+    p.mkdir()
+    return p
+
+
+@pytest.mark.parametrize("case", list(CLEAN_CASES))
+def test_clean_input_errors_are_one_line(case, tmp_path, capsys):
+    build, words = CLEAN_CASES[case]
+    argv = build(tmp_path)
+    if "--output" not in argv:
+        argv += ["--output", str(tmp_path / "out" / "clean.jsonl")]
+    rc, err = run(["clean", *argv], capsys)
+    assert rc == 2
+    assert_one_line(err, "clean", *words)
+
+
+def test_clean_bad_on_bad_row_is_a_usage_error(tmp_path, capsys):
+    rc, err = run(["clean", "--input", _jsonl(tmp_path, GOOD), "--output", str(tmp_path / "o.jsonl"),
+                   "--on-bad-row", "maybe"], capsys)
+    assert rc == 2 and "Traceback" not in err and "--on-bad-row: invalid choice: 'maybe'" in err
+
+
+def test_clean_binary_parquet_prompt_is_written_as_text(tmp_path, capsys):
+    rc, err = run(["clean", "--input", _binary_parquet(tmp_path), "--output", str(tmp_path / "o.jsonl")], capsys)
+    assert rc == 0, err
+    assert json.loads((tmp_path / "o.jsonl").read_text()) == {"prompt": "What is 1+1?", "answer": "2"}
