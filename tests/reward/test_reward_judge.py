@@ -211,3 +211,46 @@ def test_local_hf_judge_garbage_falls_back(tmp_path):
     assert isinstance(reply, str)  # the model ran end to end and produced (garbage) text
     assert rewards == [0.0, 0.0, 1.0]  # rule verdicts: the random model can never say YES/NO
     assert m["reward/judge_calls"] == 2 and m["reward/judge_failures"] == 2
+
+
+class DripServer:
+    """A raw TCP server that answers one byte of an HTTP reply every `every_s` seconds (issue 15, item 4).
+
+    `closed` is set when the client hangs up; a per-read socket timeout never fires against it."""
+
+    def __init__(self, every_s=0.2, max_s=60.0):
+        import socket
+
+        self.sock = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self.sock.getsockname()[1]}"
+        self.closed = threading.Event()
+        self.every_s, self.max_s = every_s, max_s
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        conn, _ = self.sock.accept()
+        conn.recv(65536)
+        reply = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n" + b" " * 100000
+        start = time.monotonic()
+        try:
+            for byte in reply:
+                if time.monotonic() - start > self.max_s:
+                    return
+                conn.sendall(bytes([byte]))
+                time.sleep(self.every_s)
+        except OSError:  # the client hung up
+            self.closed.set()
+        finally:
+            conn.close()
+            self.sock.close()
+
+
+def test_a_server_dripping_bytes_cannot_hold_a_request_past_its_deadline():
+    server = DripServer(every_s=0.2)
+    with GenerativeVerifier.from_url(server.url, timeout_s=1.0) as judge:
+        assert judge.judge(["27cm"], ["0.27m"]) == [None]
+        assert judge.counters["reward/judge_timeouts"] == 1
+    # the request's own thread hung up: nothing is left reading (the process can exit). Before the total
+    # deadline each byte restarted the socket timeout and the thread read on for as long as the server dripped
+    assert server.closed.wait(20), "the judge client still reads from the dripping server"

@@ -9,8 +9,9 @@ model; any chat model can serve as the judge through one of two backends:
   template, greedy ``generate`` in batches, ``max_time`` as the deadline;
   ``trust_remote_code`` is False unless asked for).
 - :class:`OpenAIChatBackend`: any OpenAI-compatible server (vLLM, SGLang, a
-  hosted API): ``POST {url}/v1/chat/completions`` with ``urllib`` from the
-  standard library, a thread pool for concurrency and a per-request timeout.
+  hosted API): ``POST {url}/v1/chat/completions`` with ``http.client`` from the
+  standard library, a thread pool for concurrency and a total deadline per
+  request (not a per-read timeout: a server dripping bytes cannot hold it).
   The API key is read from the environment variable *named* by
   ``api_key_env``; the key itself is never stored in a config, logged or
   shown in ``repr``.
@@ -26,6 +27,7 @@ to the rule verdict (see ``manager.py``).
 
 from __future__ import annotations
 
+import http.client
 import json
 import math
 import os
@@ -34,8 +36,7 @@ import socket
 import string
 import threading
 import time
-import urllib.error
-import urllib.request
+import urllib.parse
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from concurrent.futures import wait as futures_wait
@@ -139,7 +140,7 @@ class OpenAIChatBackend:
         model_name: the ``model`` field of the request.
         api_key_env: NAME of the environment variable holding the key (sent as
             ``Authorization: Bearer``); ``None`` sends no key.
-        timeout_s: per-request socket timeout; a batch also has an overall
+        timeout_s: total deadline per request (connect, send, every read); a batch also has an overall
             deadline of ``timeout_s`` per wave of ``max_concurrency`` requests.
         max_tokens: reply budget.
         max_concurrency: parallel requests (threads).
@@ -184,19 +185,12 @@ class OpenAIChatBackend:
         headers = {"Content-Type": "application/json"}
         if self.__api_key:
             headers["Authorization"] = f"Bearer {self.__api_key}"
-        req = urllib.request.Request(self.endpoint, data=body, headers=headers, method="POST")
+        status, raw = _post_with_deadline(self.endpoint, body, headers, self.timeout_s)
+        if status != 200:
+            raise JudgeError(f"judge HTTP {status}")
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                payload = json.loads(resp.read())
-        except (TimeoutError, socket.timeout) as e:
-            raise JudgeTimeout(f"no reply from judge within {self.timeout_s}s") from e
-        except urllib.error.HTTPError as e:
-            raise JudgeError(f"judge HTTP {e.code}") from None
-        except urllib.error.URLError as e:
-            if isinstance(e.reason, (TimeoutError, socket.timeout)):
-                raise JudgeTimeout(f"no reply from judge within {self.timeout_s}s") from None
-            raise JudgeError(f"judge unreachable: {e.reason}") from None
-        except (ValueError, OSError) as e:
+            payload = json.loads(raw)
+        except (ValueError, RecursionError) as e:
             raise JudgeError(f"bad judge response: {type(e).__name__}") from None
         try:
             content = payload["choices"][0]["message"]["content"]
@@ -225,6 +219,55 @@ class OpenAIChatBackend:
 
     def close(self) -> None:
         self._executor.shutdown(wait=False, cancel_futures=True)
+
+
+MAX_REPLY_BYTES = 1 << 20  # a judge reply is a few words; a larger body is a failure, not read to the end
+
+
+def _post_with_deadline(url: str, body: bytes, headers: dict[str, str], timeout_s: float) -> tuple[int, bytes]:
+    """POST `body` and read the reply within `timeout_s` seconds IN TOTAL: (HTTP status, body).
+
+    A socket timeout restarts with every byte received, so a server that drips one byte every few seconds
+    kept a judge thread (and the trainer's exit, which joins it) alive for ever. Here a timer shuts the
+    socket down at the deadline, which ends any read at once. Raises JudgeTimeout / JudgeError."""
+    parts = urllib.parse.urlsplit(url)
+    conn_cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = conn_cls(parts.hostname, parts.port, timeout=timeout_s)
+    expired = threading.Event()
+
+    def expire() -> None:
+        expired.set()
+        sock = conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    timer = threading.Timer(timeout_s, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        path = parts.path + (f"?{parts.query}" if parts.query else "")
+        conn.request("POST", path or "/", body=body, headers=headers)
+        resp = conn.getresponse()
+        raw = resp.read(MAX_REPLY_BYTES + 1)
+        if expired.is_set():
+            raise TimeoutError
+        if len(raw) > MAX_REPLY_BYTES:
+            raise JudgeError(f"judge reply larger than {MAX_REPLY_BYTES} bytes")
+        return resp.status, raw
+    except (TimeoutError, socket.timeout):
+        raise JudgeTimeout(f"no reply from judge within {timeout_s}s") from None
+    except (OSError, http.client.HTTPException, ValueError) as e:
+        if expired.is_set():
+            raise JudgeTimeout(f"no complete reply from judge within {timeout_s}s") from None
+        if isinstance(e, OSError):
+            raise JudgeError(f"judge unreachable or connection lost: {e.strerror or e}") from None
+        raise JudgeError(f"bad judge response: {type(e).__name__}") from None
+    finally:
+        timer.cancel()
+        conn.close()
 
 
 class HFChatBackend:

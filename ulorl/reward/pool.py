@@ -29,8 +29,14 @@ Design:
   parent's receipt of the previous result, never earlier than the true start,
   so an item is never killed before it has had ``timeout_s``.
 - **Deaths.** A worker that dies (segfault, ``os._exit`` in user code, out of
-  memory) closes its socket; its current item counts as an error. A dead
-  zygote is restarted.
+  memory, a signal from outside) closes its socket; its current item is run
+  again on a fresh worker, and counts as an error only when it kills a second
+  worker (then the item itself is the cause). A dead zygote is restarted.
+- **Signals.** The zygote runs in its own session and ignores SIGINT and
+  SIGTERM, and so do the workers it forks: Ctrl-C in a terminal or a signal to
+  the trainer's process group never kills an item mid-way (that scored 0 and
+  was trained). The trainer decides: it finishes the step or stops, and a
+  step whose rewards were not all computed is never checkpointed.
 - **No orphans.** The zygote is started from one long-lived thread per pool
   and asks Linux to SIGKILL it when that thread ends (``PR_SET_PDEATHSIG``:
   at ``close()`` or when the trainer dies); workers ask the same relative to
@@ -67,8 +73,11 @@ log = logging.getLogger(__name__)
 
 OK, TIMEOUT, ERROR = "ok", "timeout", "error"
 _MAX_START_FAILURES = 3
+_MAX_DEATHS_PER_ITEM = 2  # the first death may come from outside (OOM killer, a stray signal): run it again
 _FORK_TIMEOUT_S = 30.0
+# SIGINT/SIGTERM are ignored first thing (workers inherit it): only the trainer decides when to stop
 _BOOT = (
+    "import signal; signal.signal(signal.SIGINT, signal.SIG_IGN); signal.signal(signal.SIGTERM, signal.SIG_IGN); "
     "import json, sys; cfg = json.loads(sys.argv[2]); sys.path[:] = cfg['sys_path']; "
     "from ulorl.reward.pool import _zygote_main; _zygote_main(int(sys.argv[1]), cfg)"
 )
@@ -226,6 +235,7 @@ class _Zygote:
                 [sys.executable, "-c", _BOOT, str(child_fd), json.dumps(cfg)],
                 pass_fds=(child_fd,),
                 stdin=subprocess.DEVNULL,
+                start_new_session=True,  # Ctrl-C and `kill -- -PGID` reach the trainer only (see "Signals")
             )
         finally:
             child_sock.close()
@@ -466,6 +476,7 @@ class WorkerPool:
             list(range(i, min(i + chunk_size, len(items)))) for i in range(0, len(items), chunk_size)
         )
         remaining = len(items)
+        deaths: dict[int, int] = {}  # item -> workers that died while running it
 
         def fail_current(w: _Worker, outcome: Outcome) -> None:
             nonlocal remaining
@@ -475,6 +486,16 @@ class WorkerPool:
             if rest:
                 pending.appendleft(rest)
             w.task_id = None
+
+        def died(w: _Worker) -> None:
+            """The worker died mid-item: run the item again, unless it has now killed two workers."""
+            item = w.chunk[w.done]
+            deaths[item] = deaths.get(item, 0) + 1
+            if deaths[item] >= _MAX_DEATHS_PER_ITEM:
+                fail_current(w, Outcome(ERROR, error=f"worker died {deaths[item]} times on this item"))
+            else:
+                pending.appendleft(w.chunk[w.done :])
+                w.task_id = None
 
         while remaining > 0:
             # 1. dispatch chunks to idle workers (a just-forked worker reads its chunk
@@ -516,7 +537,7 @@ class WorkerPool:
                     w.dead = True
                 if w.dead:
                     if w.busy:
-                        fail_current(w, Outcome(ERROR, error="worker died"))
+                        died(w)
                     self._replace(w)
                 elif w.busy and time.monotonic() - w.last_progress > self.timeout_s:
                     fail_current(w, Outcome(TIMEOUT, error=f"no result within {self.timeout_s}s"))
