@@ -185,3 +185,29 @@ def test_history_json_is_never_left_empty_by_a_full_disk(tmp_path):
     assert "could not write" in out.stdout + out.stderr
     assert (tmp_path / "history.json").read_text() == '{"entropy": [1.0]}'
     assert [p.name for p in tmp_path.iterdir()] == ["history.json"]  # no temp file left
+
+
+# -- 3. a step whose rewards were not all computed is never trained or checkpointed ---------------------------
+def test_an_interrupt_while_scoring_trains_nothing_of_that_step_and_resume_redoes_it(eos_model, tmp_path,
+                                                                                    monkeypatch):
+    import ulorl.trainer as trainer
+
+    whole = tmp_path / "whole"
+    train(R.config(eos_model, "train.steps=2"), whole)
+    real = trainer.score
+
+    def second_ctrl_c_while_scoring_step_2(s, finished):
+        if s.step == 1:
+            raise KeyboardInterrupt  # the second Ctrl-C stops at once, mid-scoring
+        return real(s, finished)
+
+    monkeypatch.setattr(trainer, "score", second_ctrl_c_while_scoring_step_2)
+    run = tmp_path / "run"
+    with pytest.raises(KeyboardInterrupt):
+        train(R.config(eos_model, "train.steps=2"), run)
+    assert R.latest(run).name == "step_000001"  # nothing of step 2 was checkpointed...
+    assert {r["step"] for r in R.samples(run, None)} == {1}  # ...or trained
+    monkeypatch.undo()
+    train(R.config(eos_model, "train.steps=2"), run, resume="auto")
+    assert R.samples(run) == R.samples(whole)  # step 2 redone: the same samples, same rewards
+    R.assert_same_weights(R.weights(R.latest(run)), R.weights(R.latest(whole)))
