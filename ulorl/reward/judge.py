@@ -249,6 +249,9 @@ def _post_with_deadline(url: str, body: bytes, headers: dict[str, str], timeout_
     timer.start()
     try:
         path = parts.path + (f"?{parts.query}" if parts.query else "")
+        conn.connect()  # bounded by the socket timeout; the timer cannot shut a socket that does not exist yet
+        if expired.is_set():
+            raise TimeoutError
         conn.request("POST", path or "/", body=body, headers=headers)
         resp = conn.getresponse()
         raw = resp.read(MAX_REPLY_BYTES + 1)
