@@ -211,3 +211,16 @@ def test_an_interrupt_while_scoring_trains_nothing_of_that_step_and_resume_redoe
     train(R.config(eos_model, "train.steps=2"), run, resume="auto")
     assert R.samples(run) == R.samples(whole)  # step 2 redone: the same samples, same rewards
     R.assert_same_weights(R.weights(R.latest(run)), R.weights(R.latest(whole)))
+
+
+def test_a_full_disk_is_one_line_from_the_cli(eos_model, tmp_path, monkeypatch, capsys):
+    def full_disk(obj, path, *a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(ckpt_mod.torch, "save", full_disk)
+    capsys.readouterr()
+    assert cli_train(tmp_path / "run", eos_model, "train.steps=1", resume=None) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "Traceback" not in err[0]
+    assert err[0].startswith("ulorl train: error: saving checkpoint step 1") and "No space left on device" in err[0]
+    assert "--resume auto" in err[0] and not list((tmp_path / "run" / "checkpoints").glob("*.tmp-*"))
