@@ -3,10 +3,12 @@
 `model.path = builtin` (the default) means: create the tiny model (random weights)
 in a cache folder on first use. A real model is any local HF folder; nothing is ever
 downloaded (`local_files_only=True`), and `trust_remote_code` stays off unless asked.
+`convert_gguf` turns a local GGUF file into such a folder once (docs/real_models.md).
 """
 
 from __future__ import annotations
 
+import copy
 import os
 from pathlib import Path
 
@@ -74,6 +76,40 @@ def load_model(path: str | os.PathLike, dtype: str = "float32", trust_remote_cod
     model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=_DTYPES[dtype],
                                                  trust_remote_code=trust_remote_code, **kwargs)
     return model.to(device)
+
+
+def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype: str = "float32") -> Path:
+    """Write a Hugging Face folder (config, safetensors, tokenizer) for the model in a local GGUF file.
+
+    transformers reads GGUF through the `gguf` package (and `accelerate`), dequantising the weights, but
+    `save_pretrained` refuses a model loaded that way; so the model is built afresh from the loaded config,
+    given the loaded state dict (strict: every tensor must match) and saved, without the GGUF
+    `quantization_config` (a folder that kept it would refuse `save_pretrained` again, at every
+    checkpoint). The folder is written under a temporary name and renamed, so an interrupted
+    conversion never leaves a half folder; an existing complete folder is returned as it is.
+    """
+    gguf_path, out = Path(gguf_path), Path(out_dir)
+    if (out / "config.json").exists() and (out / "model.safetensors").exists():
+        return out
+    if not gguf_path.is_file():
+        raise FileNotFoundError(f"{gguf_path}: no such GGUF file")
+    if dtype not in _DTYPES:
+        raise ValueError(f"dtype={dtype!r} is not one of {sorted(_DTYPES)}")
+    kw = {"gguf_file": gguf_path.name, "local_files_only": True}
+    tok = AutoTokenizer.from_pretrained(gguf_path.parent, **kw)
+    loaded = AutoModelForCausalLM.from_pretrained(gguf_path.parent, dtype=_DTYPES[dtype], **kw)
+    config = copy.deepcopy(loaded.config)
+    if hasattr(config, "quantization_config"):  # else the saved folder would load as "gguf-quantized" again
+        del config.quantization_config  # and refuse save_pretrained (every checkpoint) the same way
+    model = AutoModelForCausalLM.from_config(config, dtype=_DTYPES[dtype])
+    model.load_state_dict(loaded.state_dict(), strict=True)
+    if loaded.generation_config is not None:
+        model.generation_config = loaded.generation_config
+    tmp = out.with_name(out.name + f".tmp{os.getpid()}")
+    model.save_pretrained(tmp)
+    tok.save_pretrained(tmp)
+    tmp.replace(out)
+    return out
 
 
 def eos_token_ids(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase) -> list[int]:
