@@ -52,6 +52,8 @@ def test_split_evenly_and_sum_stats():
     # 7 prefixes over 3 actors: 7 = 3 + 2 + 2, contiguous and in order
     assert split_evenly(7, 3) == [(0, 3), (3, 5), (5, 7)]
     assert split_evenly(1, 2) == [(0, 1), (1, 1)]  # an empty chunk: that actor is not called
-    a = EngineStats(decode_iterations=3, decode_slots=10, useful_tokens=8, prefill_tokens=5, extra={"calls": 1})
-    b = EngineStats(decode_iterations=4, decode_slots=6, useful_tokens=6, prefill_tokens=7, extra={"calls": 2})
-    assert sum_stats([a, b]) == EngineStats(7, 16, 14, 12, {"calls": 3})
+    a = EngineStats(decode_iterations=3, decode_slots=10, useful_tokens=8, prefill_tokens=5, prefill_padded_tokens=6,
+                    extra={"calls": 1})
+    b = EngineStats(decode_iterations=4, decode_slots=6, useful_tokens=6, prefill_tokens=7, prefill_padded_tokens=9,
+                    extra={"calls": 2})
+    assert sum_stats([a, b]) == EngineStats(7, 16, 14, 12, 15, {"calls": 3})
