@@ -1,5 +1,6 @@
 """samples.jsonl records the decoded response text (clipped); `ulorl show` prints a step's samples."""
 
+import hashlib
 import json
 import re
 
@@ -11,6 +12,19 @@ from ulorl.session import TrainSession
 from ulorl.trainer import train_step
 
 
+class ParityReward:
+    """reward = parity of a hash of the text (deterministic, mixed within groups)."""
+
+    def score(self, responses, ground_truths, data_sources, extra_infos=None, **kwargs):
+        return [float(hashlib.md5(r.encode()).digest()[0] % 2) for r in responses]
+
+    def metrics(self):
+        return {}
+
+    def close(self):
+        pass
+
+
 def test_clip_text_keeps_start_and_end():
     assert clip_text("abcdef", 10) == "abcdef" and clip_text("abcdef", None) == "abcdef"
     # 10 chars, budget 4: first 2 + last 2, 6 cut
@@ -18,7 +32,7 @@ def test_clip_text_keeps_start_and_end():
     assert clip_text("0123456789", 1) == "0…[9 chars cut]…"
 
 
-def run_steps(tmp_path, fake_reward, overrides, steps=2):
+def run_steps(tmp_path, overrides, steps=2):
     cfg = load_run_config(None, ["model.warm_start=none", "data.eval=null", "data.train_size=50",
                                  "logging.progress=false", "logging.loggers=[jsonl]", "rollout.max_response_len=16",
                                  "rollout.num_segments=2", "rollout.group_size=2", "rollout.decode_batch=4",
@@ -27,7 +41,7 @@ def run_steps(tmp_path, fake_reward, overrides, steps=2):
     s.engine = ScriptedEngine([3, 12, 5, 9], eos_id=s.tokenizer.eos_token_id)
     s.rollout.engine = s.engine
     s.reward.close()
-    s.reward = fake_reward
+    s.reward = ParityReward()
     for _ in range(steps):
         train_step(s)
     s.samples._f.flush()
@@ -35,8 +49,8 @@ def run_steps(tmp_path, fake_reward, overrides, steps=2):
     return s, recs
 
 
-def test_samples_record_decoded_text(tmp_path, fake_reward):
-    s, recs = run_steps(tmp_path, fake_reward, [])
+def test_samples_record_decoded_text(tmp_path):
+    s, recs = run_steps(tmp_path, [])
     try:
         assert recs and all("response" in r for r in recs)
         assert all(r["ground_truth"] and r["data_source"] for r in recs)
@@ -47,20 +61,20 @@ def test_samples_record_decoded_text(tmp_path, fake_reward):
         s.close()
 
 
-def test_text_truncation_and_off(tmp_path, fake_reward):
-    s, recs = run_steps(tmp_path / "a", fake_reward, ["logging.sample_text_chars=6"])
+def test_text_truncation_and_off(tmp_path):
+    s, recs = run_steps(tmp_path / "a", ["logging.sample_text_chars=6"])
     s.close()
     marker = re.compile(r"…\[(\d+) chars cut\]…")
     clipped = [r["response"] for r in recs if marker.search(r["response"])]
     assert clipped and all(len(marker.sub("", t)) == 6 for t in clipped)  # 3 first + 3 last characters
     assert all(len(r["response"]) <= 6 for r in recs if not marker.search(r["response"]))
-    s, recs = run_steps(tmp_path / "b", fake_reward, ["logging.sample_text_chars=0"])
+    s, recs = run_steps(tmp_path / "b", ["logging.sample_text_chars=0"])
     s.close()
     assert recs and not any("response" in r for r in recs)
 
 
-def test_ulorl_show_prints_a_step(tmp_path, fake_reward, capsys):
-    s, recs = run_steps(tmp_path, fake_reward, [], steps=2)
+def test_ulorl_show_prints_a_step(tmp_path, capsys):
+    s, recs = run_steps(tmp_path, [], steps=2)
     s.close()
     capsys.readouterr()  # the session's start-up lines
     run = str(tmp_path / "run")

@@ -1,5 +1,6 @@
 """Stalls: a step whose groups never pass dynamic sampling ends with a report and a one-line error."""
 
+import hashlib
 import json
 
 import pytest
@@ -16,7 +17,7 @@ class ConstantReward:
     def __init__(self, value: float) -> None:
         self.value = value
 
-    def score(self, responses, ground_truths, data_sources, extra_infos=None):
+    def score(self, responses, ground_truths, data_sources, extra_infos=None, **kwargs):
         return [self.value] * len(responses)
 
     def metrics(self):
@@ -24,6 +25,16 @@ class ConstantReward:
 
     def close(self):
         pass
+
+
+class ParityReward(ConstantReward):
+    """reward = parity of a hash of the text: rewards within a group often differ."""
+
+    def __init__(self) -> None:
+        super().__init__(0.0)
+
+    def score(self, responses, ground_truths, data_sources, extra_infos=None, **kwargs):
+        return [float(hashlib.md5(r.encode()).digest()[0] % 2) for r in responses]
 
 
 def session(tmp_path, reward, overrides):
@@ -69,8 +80,8 @@ def test_all_right_gets_the_too_easy_hint(tmp_path):
         s.close()
 
 
-def test_mixed_rewards_do_not_stall(tmp_path, fake_reward):
-    s = session(tmp_path, fake_reward, ["train.max_stall_rounds=4"])
+def test_mixed_rewards_do_not_stall(tmp_path):
+    s = session(tmp_path, ParityReward(), ["train.max_stall_rounds=4"])
     try:
         for _ in range(5):  # reward = parity of a hash of the text: groups often differ; admitting resets the count
             train_step(s)
