@@ -43,7 +43,7 @@ class FakeReward:
     def __init__(self) -> None:
         self.calls = 0
 
-    def score(self, responses, ground_truths, data_sources, extra_infos=None):
+    def score(self, responses, ground_truths, data_sources, extra_infos=None, prompts=None):
         self.calls += 1
         return [float(hashlib.md5(r.encode()).digest()[0] % 2) for r in responses]
 
