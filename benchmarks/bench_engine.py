@@ -1,22 +1,23 @@
-"""Engine efficiency: `HFEngine.generate` decode tokens/s versus plain `model.generate` on the same batch.
+"""Engine efficiency: the engines' decode tokens/s versus plain `model.generate` on the same batch.
 
 The same prompts (64 prompts of the built-in task, left-padded the same way), the same model (the built-in tiny
 model, or `--model`), temperature 0.85, no top-k/top-p, `max_new_tokens` for every row: EOS is switched off in
 both (the engine gets an EOS id outside the vocabulary, `generate` `eos_token_id=None`), so both decode exactly
 B x max_new_tokens tokens and run the same number of model calls. Variants, alternating so drift cancels:
 
-- `engine`: `HFEngine.generate` (tokens *and* behaviour log-probs);
+- `torch`: `TorchEngine.generate`, the default engine (tokens *and* behaviour log-probs);
+- `engine`: `HFEngine.generate` (tokens and log-probs);
 - `generate`: `model.generate(do_sample=True, ...)`, tokens only;
 - `generate_logprobs`: `model.generate(..., output_logits=True, return_dict_in_generate=True)` plus the log-probs
   of the sampled tokens from the returned logits (`log_softmax(logits / T)` gathered): like for like.
 
 Reported: medians of wall and process CPU time, decode tokens/s (B x max_new_tokens / wall time, prefill
-included) and the ratios engine / generate.
+included) and the ratios engine / generate, torch / engine and torch / generate.
 
     python benchmarks/bench_engine.py [--quick] [--out docs/bench_engine.json]
 
-The last line printed is one JSON object with at least `ratio` (engine / generate, tokens/s from CPU time) and
-`ratio_logprobs` (engine / generate_logprobs).
+The last line printed is one JSON object with at least `ratio` (engine / generate, tokens/s from CPU time),
+`ratio_logprobs` (engine / generate_logprobs), `torch_vs_hf` and `torch_vs_generate`.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ def main() -> int:
 
     from ulorl.data import DataConfig, load_prompts
     from ulorl.models import load_model, load_tokenizer
-    from ulorl.rollout.engines import HFEngine, SamplingParams
+    from ulorl.rollout.engines import HFEngine, SamplingParams, TorchEngine
 
     tok, model = load_tokenizer(args.model), load_model(args.model)
     model.eval()
@@ -70,12 +71,17 @@ def main() -> int:
         attn[i, P - len(x):] = 1
 
     engine = HFEngine(model, pad, eos_ids=[V + 7])  # an id that is never sampled: every row decodes N tokens
+    torch_engine = TorchEngine(model, eos_ids=[V + 7])
     params = SamplingParams(temperature=args.temperature)
     gc = GenerationConfig(do_sample=True, temperature=args.temperature, top_k=0, top_p=1.0, max_new_tokens=N,
                           min_new_tokens=0, eos_token_id=None, pad_token_id=pad, bos_token_id=None)
 
     def run_engine(seed):
         outs = engine.generate(prefixes, N, params, seed=seed)
+        return sum(len(o.tokens) for o in outs)
+
+    def run_torch(seed):
+        outs = torch_engine.generate(prefixes, N, params, seed=seed)
         return sum(len(o.tokens) for o in outs)
 
     @torch.no_grad()
@@ -95,7 +101,8 @@ def main() -> int:
         assert lp.shape == new.shape
         return int(new.numel())
 
-    runs = {"engine": run_engine, "generate": run_generate, "generate_logprobs": run_generate_logprobs}
+    runs = {"torch": run_torch, "engine": run_engine, "generate": run_generate,
+            "generate_logprobs": run_generate_logprobs}
     t0 = time.perf_counter()
     load_before = os.getloadavg()
     for w in range(args.warmup):
@@ -105,7 +112,7 @@ def main() -> int:
     cpu = {k: [] for k in runs}
     tokens = {}
     for rep in range(args.repeats):
-        for k, f in runs.items():  # engine, generate, generate_logprobs, engine, ...
+        for k, f in runs.items():  # torch, engine, generate, generate_logprobs, torch, ...
             w0, c0 = time.perf_counter(), time.process_time()
             tokens[k] = f(rep)
             wall[k].append(time.perf_counter() - w0)
@@ -122,7 +129,10 @@ def main() -> int:
         "ratio_logprobs": per["engine"]["tokens_per_s_cpu"] / per["generate_logprobs"]["tokens_per_s_cpu"],
         "ratio_wall": per["engine"]["tokens_per_s_wall"] / per["generate"]["tokens_per_s_wall"],
         "ratio_logprobs_wall": per["engine"]["tokens_per_s_wall"] / per["generate_logprobs"]["tokens_per_s_wall"],
-        "targets": {"ratio_min": 0.9},
+        "torch_vs_hf": per["torch"]["tokens_per_s_cpu"] / per["engine"]["tokens_per_s_cpu"],
+        "torch_vs_generate": per["torch"]["tokens_per_s_cpu"] / per["generate"]["tokens_per_s_cpu"],
+        "torch_vs_generate_logprobs": per["torch"]["tokens_per_s_cpu"] / per["generate_logprobs"]["tokens_per_s_cpu"],
+        "targets": {"ratio_min": 0.9, "torch_vs_hf_min": 1.0, "torch_vs_generate_min": 1.0},
         "variants": per,
         "batch": {"prompts": B, "prompt_len_max": P, "prompt_len_mean": statistics.mean(len(x) for x in prefixes),
                   "max_new_tokens": N, "vocab": V},

@@ -10,8 +10,8 @@ machine) next to wall time, and the load average is logged per configuration.
 
 Reported per M: time per step and per trained sample (median over passes of each pass's mean), speedup over
 M=1, the step broken into phases (gen = engine prefill forwards + decode forwards + the rest of the rollout;
-reward; update; other), per-step counts (rounds, decode iterations, live rows per iteration, padded prefill
-tokens, context tokens read), decode-slot utilisation (useful tokens / (batch rows x decode iterations)),
+reward; update; other), per-step counts (rounds, decode iterations, live rows per iteration, prefill tokens as
+computed (padded for `--engine hf`), context tokens read), decode-slot utilisation (useful tokens / (batch rows x decode iterations)),
 re-prefill tokens as a share of decoded tokens, mean staleness (versions between a sample's first segment and its
 update), and two bounds: `ideal_speedup` = E[longest answer of a synchronous round] / E[answer length]
 = 1 / utilisation at M=1 (the slot waste segment rollout can remove), and `amdahl_bound` = step / (step - gen)
@@ -39,11 +39,12 @@ CLOCKS = {"cpu": time.process_time, "wall": time.perf_counter}
 
 
 class Probe:
-    """Per-step phase times (CPU and wall) and the engine's padded work, measured from outside the package.
+    """Per-step phase times (CPU and wall) and the engine's work, measured from outside the package.
 
-    Wraps `rollout.round`, `reward.score` and `learner.update`, and hooks the model's forward while the engine
-    generates: a forward with more than one input position is a prefill (B x P padded tokens), one with a single
-    position a decode iteration over B rows attending to the attention-mask length.
+    Wraps `rollout.round`, `reward.score` and `learner.update`, and the engine's forward passes: for the torch
+    engine its decoder's `prefill` (packed real tokens) and `decode` (live rows x the longest live context they
+    read); for the hf engine a hook on the model's forward (more than one input position: a prefill of B x P padded
+    tokens; one position: a decode iteration over B rows attending to the attention-mask length).
     """
 
     def __init__(self, s) -> None:
@@ -57,14 +58,36 @@ class Probe:
 
         def generate(*a, **k):
             self._in_gen = True
+            self.c["rounds"] += 1
             try:
                 return gen(*a, **k)
             finally:
                 self._in_gen = False
 
         s.engine.generate = generate
-        s.model.register_forward_pre_hook(self._pre, with_kwargs=True)
-        s.model.register_forward_hook(self._post, with_kwargs=True)
+        if hasattr(s.engine, "decoder"):
+            self._wrap_decoder(s.engine.decoder)
+        else:
+            s.model.register_forward_pre_hook(self._pre, with_kwargs=True)
+            s.model.register_forward_hook(self._post, with_kwargs=True)
+
+    def _wrap_decoder(self, dec) -> None:
+        prefill, decode = dec.prefill, dec.decode
+
+        def timed(kind, fn, counts):
+            def run(*a, **k):
+                t = {c: f() for c, f in CLOCKS.items()}
+                try:
+                    return fn(*a, **k)
+                finally:
+                    for c, f in CLOCKS.items():
+                        self.c[f"{kind}_fwd_{c}"] += f() - t[c]
+                    self.c.update(counts(*a))
+            return run
+
+        dec.prefill = timed("prefill", prefill, lambda cache, seqs, slots: {
+            "prefill_tokens": sum(map(len, seqs)), "prefill_sq": sum(len(x) ** 2 for x in seqs)})
+        dec.decode = timed("decode", decode, lambda cache, tokens, ctx: {"ctx_sum": len(ctx) * (max(ctx) + 1)})
 
     def _wrap(self, obj, name: str, phase: str) -> None:
         fn = getattr(obj, name)
@@ -96,7 +119,7 @@ class Probe:
         for c, f in CLOCKS.items():
             self.c[f"{kind}_fwd_{c}"] += f() - self._t0[c]
         if P > 1:
-            self.c.update(rounds=1, prefill_tokens=B * P, prefill_sq=B * P * P)
+            self.c.update(prefill_tokens=B * P, prefill_sq=B * P * P)
         else:
             self.c.update(ctx_sum=B * mask.shape[1])
 
@@ -116,7 +139,8 @@ def run_config(model_path: str, m: int, seed: int, args) -> dict:
         "logging.loggers=[jsonl]", f"rollout.num_segments={m}", f"rollout.max_response_len={args.max_len}",
         f"rollout.decode_batch={args.decode_batch}", f"rollout.group_size={args.group_size}",
         f"train.train_groups={args.groups}", "train.lr=1e-9", "algo.dynamic_sampling=false", "checkpoint.every=0",
-        "reward.num_workers=1", f"train.seed={seed}", f"data.seed={seed}", "train.max_rounds_per_step=1000"])
+        "reward.num_workers=1", f"train.seed={seed}", f"data.seed={seed}", "train.max_rounds_per_step=1000",
+        f"rollout.engine={args.engine}"])
     s = TrainSession(cfg, run_dir)
     probe = Probe(s)
     rows, load = [], [os.getloadavg()[0]]
@@ -185,6 +209,7 @@ def main() -> int:
     p.add_argument("--model", default=None, help="SFT model folder (default: an existing runs/.../model, else "
                    "a fresh `ulorl sft` warm start)")
     p.add_argument("--segments", default="1,2,4,8")
+    p.add_argument("--engine", default="torch", help="rollout.engine (torch, the default, or hf)")
     p.add_argument("--repeats", type=int, default=5, help="alternating passes over the M values")
     p.add_argument("--steps", type=int, default=16, help="measured steps per configuration and pass")
     p.add_argument("--warmup", type=int, default=4, help="unmeasured steps first (pools fill up)")
