@@ -120,3 +120,21 @@ def test_sft_config_names_the_valid_tasks():
     assert SFTConfig(task="builtin:odometer", alpha=0.3, max_response_tokens=200).task == "builtin:odometer"
     with pytest.raises(ConfigError, match="builtin:odometer"):
         SFTConfig(task="builtin:nope")
+
+
+def test_long_model_preset(tmp_path, monkeypatch):
+    import json
+
+    from ulorl.models import load_model, resolve_model_path
+    from ulorl.models.tiny import PRESETS, TinyModelSpec
+
+    assert PRESETS["default"] == TinyModelSpec()  # the demo's model is unchanged
+    monkeypatch.setenv("ULORL_CACHE", str(tmp_path))
+    d = resolve_model_path("builtin:long")
+    assert d == tmp_path / "tiny-qwen3-v3-long"
+    cfg = json.loads((d / "config.json").read_text())
+    assert cfg["rope_parameters"]["rope_theta"] == 10.0 and cfg["max_position_embeddings"] == 8192
+    model = load_model("builtin:long")
+    assert float(model.model.layers[0].self_attn.q_norm.weight.mean()) == 2.0
+    with pytest.raises(ValueError, match="default.*long"):
+        resolve_model_path("builtin:huge")

@@ -15,25 +15,28 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
-from ulorl.models.tiny import TinyModelSpec, build_tiny_model
+from ulorl.models.tiny import build_tiny_model, tiny_preset
 
 BUILTIN = "builtin"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
-def builtin_model_dir() -> Path:
+def builtin_model_dir(preset: str = "default") -> Path:
     """Where the built-in random-init tiny model is cached (`$ULORL_CACHE` or ~/.cache/ulorl)."""
     root = Path(os.environ.get("ULORL_CACHE", Path.home() / ".cache" / "ulorl"))
-    return root / "tiny-qwen3-v3"
+    return root / ("tiny-qwen3-v3" if preset == "default" else f"tiny-qwen3-v3-{preset}")
 
 
 def resolve_model_path(path: str | os.PathLike) -> Path:
-    """`builtin` -> the cached tiny model (created if missing); otherwise a checked local folder."""
-    if str(path) == BUILTIN:
-        d = builtin_model_dir()
+    """`builtin` (or `builtin:<preset>`, e.g. `builtin:long`) -> the cached tiny model (created if missing);
+    otherwise a checked local folder."""
+    if str(path) == BUILTIN or str(path).startswith(BUILTIN + ":"):
+        preset = str(path).partition(":")[2] or "default"
+        spec = tiny_preset(preset)
+        d = builtin_model_dir(preset)
         if not (d / "config.json").exists() or not (d / "model.safetensors").exists():
             tmp = d.with_name(d.name + f".tmp{os.getpid()}")
-            build_tiny_model(tmp, TinyModelSpec())
+            build_tiny_model(tmp, spec)
             tmp.replace(d) if not d.exists() else None
         return d
     p = Path(path)
