@@ -53,16 +53,17 @@ def calibration(seg: dict, engine_cost: dict, args) -> dict:
     m1 = per[1]
     w = Workload(pooled_lengths(m1, st["warmup"]), st["max_len"], st["group_size"], st["decode_batch"], st["groups"],
                  prompt_len=args.prompt_len, steps=args.sim_steps, warmup=args.sim_warmup, seed=args.seed)
-    sims = simulate_all(w, ms, padded=True)
+    padded = st.get("engine", "hf") == "hf"  # the torch engine prefills packed: unpadded counts
+    sims = simulate_all(w, ms, padded=padded)
     # A: micro-benchmark engine costs; update (+ other) and reward from the M=1 runs only
-    a = CostModel.from_dict(engine_cost)
+    a = CostModel.from_dict({**engine_cost, "padded": padded})
     a.update_fixed = m1["other_cpu"]
     a.update_token = m1["update_cpu"] / m1["trained_tokens"]
     a.reward_sample = m1["reward_cpu"] / m1["finished"]
     # B: each phase fitted on its own measured counts over all passes; errors are leave-one-M-out (fitted
     # without the runs of the M predicted)
-    b = fit_phases([p for m in ms for p in per[m]["passes"]])
-    b_loo = {m: fit_phases([p for k in ms if k != m for p in per[k]["passes"]]) for m in ms}
+    b = fit_phases([p for m in ms for p in per[m]["passes"]], padded)
+    b_loo = {m: fit_phases([p for k in ms if k != m for p in per[k]["passes"]], padded) for m in ms}
     # the cost models on the *measured* counts: isolates cost-model error from simulation error
     on_measured = {m: {"A": a.time(per[m]) / per[m]["step_cpu"] - 1, "B": b.time(per[m]) / per[m]["step_cpu"] - 1}
                    for m in ms}
@@ -85,11 +86,11 @@ def calibration(seg: dict, engine_cost: dict, args) -> dict:
             "err_on_measured_counts": on_measured}
 
 
-def fit_phases(passes: list[dict]):
+def fit_phases(passes: list[dict], padded: bool = True):
     """Cost model B: each phase's measured CPU time fitted on that phase's measured counts."""
     from ulorl.plan import FEATURES, CostModel, fit_linear
 
-    b = CostModel()
+    b = CostModel(padded=padded)
     for fields, target in ((["round_fixed", "prefill_token", "prefill_sq"], lambda p: p["prefill_fwd_cpu"]),
                            (["decode_fixed", "decode_row", "decode_ctx"],
                             lambda p: p["decode_fwd_cpu"] + p["gen_rest_cpu"]),

@@ -1,16 +1,22 @@
 #!/usr/bin/env bash
-# GPU check: a short UloRL training run with the vLLM engine on one NVIDIA GPU, on a small Qwen3-architecture
-# model created locally (random weights, nothing downloaded but pip packages). Prints tokens/s and step time.
+# GPU check: the torch engine's checks on CUDA, then a short UloRL training run on one NVIDIA GPU, on a small
+# Qwen3-architecture model created locally (random weights, nothing downloaded). Prints tokens/s and step time.
 #
-#   bash benchmarks/gpu_check.sh                          # makes runs/gpu-venv, installs '.[vllm]' into it
-#   PYTHON=/path/to/python bash benchmarks/gpu_check.sh   # an environment with ulorl[vllm] installed
+#   bash benchmarks/gpu_check.sh                          # ENGINE=torch (default): needs torch + transformers only
+#   ENGINE=vllm bash benchmarks/gpu_check.sh              # makes runs/gpu-venv, installs '.[vllm]' into it
+#   PYTHON=/path/to/python bash benchmarks/gpu_check.sh   # an environment with ulorl's dependencies
 #
-# Needs: one NVIDIA GPU, Python >= 3.11, and network access to PyPI unless $PYTHON already imports vllm
-# (vLLM brings its own CUDA build of torch, several GB: the first install takes minutes). The run itself
-# (model build, vLLM start-up with torch.compile and CUDA graphs, 6 training steps) takes about 3-5 minutes.
-# Knobs: STEPS (6), RESPONSE_LEN (1024), DECODE_BATCH (512), GPU_MEM (0.3), OUT (runs/gpu_check-<time>);
-# DEVICE=cpu only for a dry run of this script with a stand-in `vllm` module (no GPU, no speed numbers).
-# Results: $OUT/run/metrics.jsonl, $OUT/gpu_check.json; copy the printed table into docs/scale.md.
+# ENGINE=torch (no network, no vLLM: what a lent GPU machine has): benchmarks/gpu_engine_check.py (log-probs
+# against the learner, 16 x 2,048 and 16 x 8,192 new tokens, segment rollout M = 1 vs M = 4; about 2-4 minutes),
+# then the training run with rollout.engine=torch. The package runs from this folder (PYTHONPATH), so the
+# machine's python needs ulorl's dependencies (torch, transformers, safetensors, pyyaml, tqdm, numpy,
+# math-verify, pyarrow). ENGINE=vllm needs network access to PyPI unless $PYTHON already imports vllm (vLLM
+# brings its own CUDA build of torch, several GB); its run (vLLM start-up with torch.compile and CUDA graphs, 6
+# training steps) takes about 3-5 minutes.
+# Knobs: ENGINE (torch), STEPS (6), RESPONSE_LEN (1024), DECODE_BATCH (512), GPU_MEM (0.3), OUT
+# (runs/gpu_check-<time>); DEVICE=cpu only for a dry run of this script (vllm: with a stand-in `vllm` module).
+# Results: $OUT/gpu_engine_check.json, $OUT/run/metrics.jsonl, $OUT/gpu_check.json; copy the printed tables into
+# docs/scale.md.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -20,6 +26,7 @@ DECODE_BATCH="${DECODE_BATCH:-512}"
 GPU_MEM="${GPU_MEM:-0.3}"
 OUT="${OUT:-runs/gpu_check-$(date +%Y%m%d-%H%M%S)}"
 DEVICE="${DEVICE:-cuda}"
+ENGINE="${ENGINE:-torch}"
 START=$(date +%s)
 
 if [ "$DEVICE" = cuda ]; then
@@ -31,6 +38,19 @@ if [ "$DEVICE" = cuda ]; then
 fi
 
 # -- 1. environment -------------------------------------------------------------------------------------------
+if [ "$ENGINE" = torch ]; then
+PYTHON="${PYTHON:-python3}"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
+"$PYTHON" - "$DEVICE" <<'EOF'
+import sys, torch, transformers, ulorl
+print(f"python ok: torch {torch.__version__} (CUDA {torch.version.cuda}), transformers {transformers.__version__}")
+if sys.argv[1] == "cuda" and not torch.cuda.is_available():
+    raise SystemExit("gpu_check: torch sees no CUDA device")
+EOF
+mkdir -p "$OUT"
+QUICK=""; [ "$DEVICE" = cpu ] && QUICK="--quick"
+"$PYTHON" benchmarks/gpu_engine_check.py --device "$DEVICE" $QUICK --out "$OUT/gpu_engine_check.json" | tail -c 2000
+else
 # runs/gpu-venv sees the system's packages, so a machine with torch/vLLM preinstalled downloads only what is missing.
 if [ -z "${PYTHON:-}" ]; then
     [ -x runs/gpu-venv/bin/python ] || { mkdir -p runs && python3 -m venv --system-site-packages runs/gpu-venv; }
@@ -51,6 +71,7 @@ if sys.argv[1] == "cuda":
         raise SystemExit("gpu_check: torch sees no CUDA device")
     print(f"device: {torch.cuda.get_device_name(0)}")
 EOF
+fi
 
 # -- 2. a small model, made here ------------------------------------------------------------------------------
 # The built-in tiny model has head_dim 32; this one uses head_dim 64, which every vLLM attention backend supports.
@@ -64,7 +85,7 @@ path = build_tiny_model(sys.argv[1], spec)
 print(f"model: {path} ({spec})")
 EOF
 
-# -- 3. a short training run with the vLLM engine -------------------------------------------------------------
+# -- 3. a short training run with $ENGINE ---------------------------------------------------------------------
 # Random weights never answer correctly: dynamic sampling is off (it would drop every group), and DAPO's soft
 # overlong penalty makes rewards differ within groups, so updates are real and weight syncs matter. The run checks
 # the plumbing (generation, continuation of unfinished samples, log-probs, weight sync) and measures speed.
@@ -74,8 +95,8 @@ ulorl_train() { "$PYTHON" -c "import sys; from ulorl.cli import main; sys.exit(m
 ulorl_train train -o "$OUT/run" \
     model.path="$OUT/model" model.warm_start=none model.dtype=float32 \
     data.train_size=4000 data.eval=null \
-    rollout.engine=vllm rollout.max_response_len="$RESPONSE_LEN" rollout.num_segments=4 rollout.group_size=8 \
-    rollout.decode_batch="$DECODE_BATCH" \
+    rollout.engine="$ENGINE" rollout.max_response_len="$RESPONSE_LEN" rollout.num_segments=4 rollout.group_size=8 \
+    rollout.decode_batch="$DECODE_BATCH" rollout.kv_cache_gib=16 \
     rollout.vllm.gpu_memory_utilization="$GPU_MEM" rollout.vllm.dtype=bfloat16 rollout.vllm.max_model_len=2048 \
     algo.dynamic_sampling=false algo.is_mode=pois \
     train.device="$DEVICE" train.steps="$STEPS" train.train_groups=$((DECODE_BATCH / 8)) train.lr=1e-5 \

@@ -52,6 +52,15 @@ def check_supported(model) -> None:
                                     f"implemented by the torch engine{hint}")
 
 
+def _norm(module, x: torch.Tensor) -> torch.Tensor:
+    """The model's RMSNorm; in float32 as one fused `F.rms_norm` (same arithmetic as the Llama/Qwen module, which
+    upcasts to float32 anyway, in one op instead of six: the norms are ~15% of a small model's decode step)."""
+    eps = getattr(module, "variance_epsilon", None)
+    if eps is not None and x.dtype == torch.float32 and module.weight.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), module.weight, eps)
+    return module(x)
+
+
 def _rotate_half(x: torch.Tensor) -> torch.Tensor:
     half = x.shape[-1] // 2
     return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
@@ -89,7 +98,7 @@ class SlotDecoder:
         k = attn.k_proj(h).view(n, self.num_kv, self.head_dim)
         v = attn.v_proj(h).view(n, self.num_kv, self.head_dim)
         if hasattr(attn, "q_norm"):
-            q, k = attn.q_norm(q), attn.k_norm(k)
+            q, k = _norm(attn.q_norm, q), _norm(attn.k_norm, k)
         return _rope(q, cos, sin), _rope(k, cos, sin), v
 
     def _embed(self, ids: torch.Tensor, pos: torch.Tensor):
@@ -98,7 +107,7 @@ class SlotDecoder:
         return x, cos[0], sin[0]
 
     def _logits(self, x: torch.Tensor) -> torch.Tensor:
-        return self.model.lm_head(self.model.model.norm(x))
+        return self.model.lm_head(_norm(self.model.model.norm, x))
 
     def prefill(self, cache: SlotKVCache, seqs: list[list[int]], slots: list[int]) -> torch.Tensor:
         """Write the K/V of each sequence into its slot; return next-token logits `(len(seqs), V)`."""
@@ -118,7 +127,7 @@ class SlotDecoder:
         x, cos, sin = self._embed(ids, pos)
         for li, layer in enumerate(self.model.model.layers):
             attn = layer.self_attn
-            q, k, v = self._qkv(attn, layer.input_layernorm(x), cos, sin)
+            q, k, v = self._qkv(attn, _norm(layer.input_layernorm, x), cos, sin)
             out = torch.empty_like(q)
             for tok_idx, slot_idx, n in plan:
                 kg, vg = k[tok_idx].transpose(1, 2), v[tok_idx].transpose(1, 2)  # (n_g, H_kv, n, D)
@@ -130,7 +139,7 @@ class SlotDecoder:
                                                     scale=self.scale)  # (n_g, H, n, D)
                 out[tok_idx] = og.transpose(1, 2)
             x = x + attn.o_proj(out.reshape(x.shape[0], -1))
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            x = x + layer.mlp(_norm(layer.post_attention_layernorm, x))
         last = torch.tensor([o + n - 1 for o, n in zip(offsets, lens)], device=dev)
         return self._logits(x[last])
 
@@ -145,7 +154,7 @@ class SlotDecoder:
         x, cos, sin = self._embed(tokens, pos)
         for li, layer in enumerate(self.model.model.layers):
             attn = layer.self_attn
-            q, k, v = self._qkv(attn, layer.input_layernorm(x), cos, sin)
+            q, k, v = self._qkv(attn, _norm(layer.input_layernorm, x), cos, sin)
             kc, vc = cache.k[li], cache.v[li]
             kc[rows, :, pos] = k
             vc[rows, :, pos] = v
@@ -153,5 +162,5 @@ class SlotDecoder:
             o = F.scaled_dot_product_attention(q.view(n, self.num_kv, self.group, self.head_dim), kc[:n, :, :span],
                                                vc[:n, :, :span], attn_mask=mask, scale=self.scale)
             x = x + attn.o_proj(o.reshape(n, -1))
-            x = x + layer.mlp(layer.post_attention_layernorm(x))
+            x = x + layer.mlp(_norm(layer.post_attention_layernorm, x))
         return self._logits(x)
