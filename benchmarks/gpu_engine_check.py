@@ -126,6 +126,8 @@ def main() -> int:
     dev = torch.device(args.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("gpu_engine_check: torch sees no CUDA device (use --device cpu for a dry run)")
+    if dev.type == "cpu":
+        torch.set_num_threads(1)  # a dry run: OpenMP spin-waiting on a busy small machine slows it many-fold
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     from transformers.utils import logging as hf_logging
