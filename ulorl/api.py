@@ -123,11 +123,12 @@ class Trainer:
 
         The summary (`steps`, `trained_samples`, `eval_before`, `eval_after`, `eval_paired`, `entropy`,
         `segments_hist`, `run_dir`) is also written to `<run>/summary.json`."""
+        from ulorl.checkpoint import atomic_write_text
         from ulorl.trainer import train
 
         check_runnable(self.config)
         self.summary = train(self.config, self.run_dir, resume=self.resume)
-        (self.run_dir / "summary.json").write_text(json.dumps(self.summary, indent=1))
+        atomic_write_text(self.run_dir / "summary.json", json.dumps(self.summary, indent=1))
         return self.summary
 
 
