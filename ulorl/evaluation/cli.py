@@ -7,6 +7,7 @@ import json
 from dataclasses import fields
 from pathlib import Path
 
+from ulorl.config_loader import ConfigError
 from ulorl.data.config import DataConfig
 from ulorl.data.loaders import load_source
 from ulorl.evaluation.config import EvalConfig
@@ -41,6 +42,11 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--engine", default=None, help="torch | hf | vllm (default: rollout.engine of --config, "
                         "else torch)")
+    parser.add_argument("--system-prompt", default=None, help="system message for every prompt that has none "
+                        "(default: data.system_prompt of --config)")
+    parser.add_argument("--chat-template-kwargs", default=None, metavar="JSON",
+                        help='arguments for apply_chat_template, e.g. \'{"enable_thinking": false}\' '
+                        "(default: data.chat_template_kwargs of --config)")
     parser.add_argument("--trust-remote-code", action="store_true")
     add_reward_arguments(parser)  # --config / --reward: the same reward settings as training (judge included)
     return parser
@@ -50,18 +56,39 @@ def _name(source: str) -> str:
     return source if source.startswith("builtin:") else Path(source).name
 
 
+def _preset(args: argparse.Namespace, section: str) -> dict:
+    """One section of the `--config` preset ({} without one)."""
+    if not args.config:
+        return {}
+    import yaml
+
+    return (yaml.safe_load(Path(args.config).read_text()) or {}).get(section) or {}
+
+
 def _engine_name(args: argparse.Namespace) -> str:
     if args.engine:
         return args.engine
-    if args.config:
-        import yaml
-
-        engine = ((yaml.safe_load(Path(args.config).read_text()) or {}).get("rollout") or {}).get("engine")
-        if engine:
-            return str(engine)
+    engine = _preset(args, "rollout").get("engine")
+    if engine:
+        return str(engine)
     from ulorl.config import RolloutConfig
 
     return RolloutConfig().engine
+
+
+def _prompt_options(args: argparse.Namespace) -> dict:
+    """system_prompt and chat_template_kwargs: the flags, else the preset's data section."""
+    data = _preset(args, "data")
+    kwargs = data.get("chat_template_kwargs") or {}
+    if args.chat_template_kwargs is not None:
+        try:
+            kwargs = json.loads(args.chat_template_kwargs)
+        except json.JSONDecodeError as e:
+            raise ConfigError(f"--chat-template-kwargs: not JSON ({e}); e.g. '{{\"enable_thinking\": false}}'") from None
+        if not isinstance(kwargs, dict):
+            raise ConfigError("--chat-template-kwargs: expected a JSON object")
+    system = args.system_prompt if args.system_prompt is not None else data.get("system_prompt")
+    return {"system_prompt": system, "chat_template_kwargs": kwargs}
 
 
 def run_eval(args: argparse.Namespace) -> int:
@@ -77,7 +104,7 @@ def run_eval(args: argparse.Namespace) -> int:
     data_cfg = DataConfig(format=args.format, prompt_key=args.prompt_key, answer_key=args.answer_key,
                           data_source_key=args.data_source_key, max_prompt_len=args.max_prompt_len,
                           on_bad_row=args.on_bad_row, eval_size=args.num_problems or DataConfig.eval_size,
-                          seed=args.seed, shuffle=False)
+                          seed=args.seed, shuffle=False, **_prompt_options(args))
     tokenizer = load_tokenizer(args.model, trust_remote_code=args.trust_remote_code)
     sets = {}
     for source in args.data:  # load (and validate) everything before the first sample is drawn
