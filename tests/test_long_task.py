@@ -13,44 +13,57 @@ def test_worked_solution_by_hand():
     # start 2, 3 steps: counters 3 2 1 0; x: 2, 2+2=4, 4+1=5, 5+0=5
     p = OdometerProblem(start=2, steps=3)
     assert p.prompt_text == "add start 2 steps 0 0 3"
-    assert p.solution_text() == "0 0 3 2 , 0 0 2 4 , 0 0 1 5 , 0 0 0 5 , answer 5"
+    assert p.solution_text() == "0 0 3 : 2 , 0 0 2 : 4 , 0 0 1 : 5 , 0 0 0 : 5 , answer 5"
     assert p.answer == 5
 
 
-def test_borrow_across_tens():
+def test_borrow_across_tens_and_modulo_11():
     # start 0, 12 steps: units digits of 11..0 are 1 0 9 8 7 6 5 4 3 2 1 0
-    # x: 0, 1, 1, 10->0, 8, 15->5, 11->1, 6, 10->0, 3, 5, 6, 6
+    # x: 0, 1, 1, 10, 18->7, 14->3, 9, 14->3, 7, 10, 12->1, 2, 2   (0 + 46 = 2 mod 11)
     p = OdometerProblem(start=0, steps=12)
-    assert [x for _, x in p.lines()] == [0, 1, 1, 0, 8, 5, 1, 6, 0, 3, 5, 6, 6]
-    assert p.solution_text().startswith("0 1 2 0 , 0 1 1 1 , 0 1 0 1 , 0 0 9 0 , 0 0 8 8 ,")
-    assert p.answer == 6
+    assert [x for _, x in p.lines()] == [0, 1, 1, 10, 7, 3, 9, 3, 7, 10, 1, 2, 2]
+    assert p.solution_text().startswith("0 1 2 : 0 , 0 1 1 : 1 , 0 1 0 : 1 , 0 0 9 : 10 , 0 0 8 : 7 ,")
+    assert p.answer == 2
 
 
 def test_borrow_across_hundreds():
     # 101 steps: the counter goes 101 -> 100 -> 099 (both lower digits borrow at once)
     text = OdometerProblem(start=4, steps=101).solution_text()
-    assert text.startswith("1 0 1 4 , 1 0 0 4 , 0 9 9 3 ,")  # x: 4, 4+0=4, 4+9=13->3
+    assert text.startswith("1 0 1 : 4 , 1 0 0 : 4 , 0 9 9 : 2 ,")  # x: 4, 4+0=4, 4+9=13->2
 
 
 @pytest.mark.parametrize("seed", [0, 1])
 def test_answer_matches_closed_form(seed):
-    # x_n = (s + sum of (c mod 10) for c = 0..n-1) mod 10
+    # x_n = (s + sum of (c mod 10) for c = 0..n-1) mod 11
     for p in generate_problems(200, seed=seed):
-        assert p.answer == (p.start + sum(c % 10 for c in range(p.steps))) % 10
+        assert p.answer == (p.start + sum(c % 10 for c in range(p.steps))) % 11
+
+
+def test_a_counter_that_skips_whole_decades_changes_the_answer():
+    # mod 10, skipping 20 lines kept the answer (two decades add 90 = 0); mod 11 they add 90 = 2
+    p = OdometerProblem(start=3, steps=57)
+    for skip in (10, 20, 40):
+        skipped = OdometerProblem(start=3, steps=57 - skip)  # the same lines from 57 - skip down
+        assert skipped.answer != p.answer
 
 
 def test_token_count_with_builtin_tokenizer():
     tok = build_tokenizer()
-    for n in (1, 9, 10, 99, 100, 800):
+    for n in (1, 9, 10, 99, 100, 680):
         p = OdometerProblem(start=7, steps=n)
         toks = tok.tokenize(p.solution_text())
         assert len(toks) == p.num_tokens == TOKENS_PER_LINE * (n + 1) + 2
         assert toks[TOKENS_PER_LINE - 1 :: TOKENS_PER_LINE][: n + 1] == [","] * (n + 1)  # one `,` per line
         assert tok.unk_token not in toks
     assert len(tok.tokenize(OdometerProblem(start=0, steps=12).prompt_text)) == 7  # add start 0 steps 0 1 2
+    assert TOKENS_PER_LINE == 3 + 3  # the prompt's digits + the chat template's 3 tokens: line 0 copies at line distance
+    text = tok.apply_chat_template([{"role": "user", "content": "add start 0 steps 0 1 2"}], add_generation_prompt=True,
+                                   tokenize=False)
+    prompt = tok(text, add_special_tokens=False)["input_ids"]
+    assert tok.convert_ids_to_tokens(prompt[-TOKENS_PER_LINE:]) == ["0", "1", "2", "<|im_end|>", "<|im_start|>", "assistant"]
 
 
-def test_every_token_is_a_function_of_the_last_five():
+def test_every_token_is_a_function_of_the_last_line():
     # The design claim: after line 0, the next token depends only on the previous
     # TOKENS_PER_LINE tokens, so a small model never needs to look far back.
     seen: dict[tuple[str, ...], str] = {}
@@ -72,7 +85,7 @@ def test_length_distribution_is_long_tailed():
     # answer lengths (tokens incl. EOS) of 20,000 default-law problems: tens to thousands, max/mean >= 8
     lengths = np.array([p.num_tokens + 1 for p in generate_problems(20_000, seed=0)])
     assert np.median(lengths) < 50
-    assert lengths.max() == TOKENS_PER_LINE * 801 + 3  # the cap, n = 800
+    assert lengths.max() == TOKENS_PER_LINE * 681 + 3  # the cap, n = 680: 4,089 tokens
     assert lengths.max() / lengths.mean() >= 8
     assert (lengths >= 1000).sum() >= 20  # the tail is not a handful of samples
 
@@ -110,8 +123,8 @@ def test_sft_sequences_of_the_long_task_cut_long_solutions_without_eos():
     cut = [r for _, r in seqs if len(r) == 100 and r[-1] != tok.eos_token_id]
     whole = [r for _, r in seqs if r[-1] == tok.eos_token_id]
     assert len(cut) + len(whole) == 200 and cut and whole
-    # a solution of n steps has 5n + 8 tokens with EOS: the whole ones are those with n <= 18
-    assert all(len(r) <= 98 and (len(r) - 8) % 5 == 0 for r in whole)
+    # a solution of n steps has 6n + 9 tokens with EOS: the whole ones are those with n <= 15
+    assert all(len(r) <= 99 and (len(r) - 9) % 6 == 0 for r in whole)
 
 
 def test_sft_config_names_the_valid_tasks():

@@ -1,7 +1,7 @@
 """Built-in synthetic verifiable tasks, registered by source name (`builtin:<task>`).
 
 - `builtin:chain`: a running sum with a countdown; answers of 6 to ~130 tokens (the demo's task).
-- `builtin:odometer`: a 3-digit counter rolling down with a running digit; answers of
+- `builtin:odometer`: a 3-digit counter rolling down with a running value; answers of
   tens to ~4,000 tokens (the long run's task).
 
 Each task module has `make_rows(n, seed, split, **size_law) -> list[dict]` (rows in

@@ -1,39 +1,49 @@
 """The built-in long-output task `odometer`: a 3-digit counter rolls down to 000
-while a running digit adds the counter's units digit; answers run from tens to
-thousands of tokens, with a heavy tail.
+while a running value adds the counter's units digit modulo 11; answers run from
+tens to thousands of tokens, with a heavy tail.
 
 Problem: `add start s steps h t u` (n = 100h + 10t + u steps, s in 0..9).
-Worked solution: n + 1 lines of five tokens, `h t u x ,`, then `answer x_n`:
+Worked solution: n + 1 lines of six tokens, `h t u : x ,`, then `answer x_n`:
 
     line 0:  the digits of n and x_0 = s            (copied from the prompt)
-    line k:  the digits of c_k = n - k and x_k = (x_{k-1} + (c_k mod 10)) mod 10
+    line k:  the digits of c_k = n - k and x_k = (x_{k-1} + (c_k mod 10)) mod 11
 
 so `add start 2 steps 0 0 3` is answered by
 
-    0 0 3 2 , 0 0 2 4 , 0 0 1 5 , 0 0 0 5 , answer 5
+    0 0 3 : 2 , 0 0 2 : 4 , 0 0 1 : 5 , 0 0 0 : 5 , answer 5
 
-A correct response has 5n + 7 tokens plus EOS (n = 800: 4,007).
+A correct response has 6n + 8 tokens plus EOS (n = 680: 4,088).
 
 Why this shape (and not `chain` with larger n): `chain`'s step adds a counter that
 runs up to n, so a step at counter 40 uses an addition-table entry that short
 problems never show, and the counter is a single token whose successor must be
 recalled for every value up to n. Here every line restates the whole state
-(counter digits and running digit), so each token is a function of the previous
-line and of tokens earlier in its own line: a fixed look-back of at most four
+(counter digits and running value), so each token is a function of the previous
+line and of tokens earlier in its own line: a fixed look-back of at most six
 positions, the same at token 20 as at token 4,000. Every table involved has ten
-rows (decrement a digit, borrow on 0, add two digits mod 10), and the units digit
+rows (decrement a digit, borrow on 0, add a digit mod 11), and the units digit
 cycles through all ten values even in short problems, so the rules are seen
 uniformly at every length; what a long answer adds is only more chances to slip.
 The answer still depends on every line: one wrong digit anywhere shifts x_n
 (or the line count) and the answer is wrong, unless errors cancel by chance.
 
-The line separator `,` marks where a line starts, so the model never has to count
-positions to know which of the four slots it is writing.
+Why modulo 11 and six tokens a line (both measured failures of a first version):
+- mod 10 made a decade of units digits sum to 45 = 5 (mod 10), so a counter that
+  skipped 20, 40, ... lines (a wrong tens digit) still reached the right answer:
+  the warm start answered 47% of 30-59-step problems with 35-token responses.
+  Mod 11 a decade adds 45 = 1, so a skip leaves the answer unchanged only for
+  multiples of 110 lines (or by the 1-in-11 chance of a partial decade).
+- The chat template puts three tokens between the prompt's `h t u` and the first
+  line, so with six-token lines the copy of line 0 reads the prompt at the same
+  distance as every later line reads the line above; with five it was one off,
+  and the warm start copied the prompt's tens digit wrong most of the time.
+The separators `:` and `,` mark the slots, so the model never has to count
+positions to know which one it is writing.
 
 Sizes follow `chain`'s truncated discrete Pareto law (`sample_size`), here on
-n in [2, 800] with alpha = 1.0 by default: answer lengths have a median in the
-tens, a p90 in the low hundreds and a maximum of about 4,000 tokens (max/mean
-above 20; see docs/task.md for the measured figures).
+n in [2, 680] with alpha = 1.0 by default: answer lengths have a median in the
+tens, a p90 in the low hundreds and a maximum of 4,089 tokens with EOS (max/mean
+above 40; see docs/task.md for the measured figures).
 
 Rows use verl's schema, like `chain`: `data_source = "ulorl/odometer"`, `prompt`
 (chat messages), `reward_model.ground_truth`, `extra_info` (split, index, size,
@@ -51,7 +61,8 @@ from ulorl.tasks.chain import sample_size
 
 DATA_SOURCE = "ulorl/odometer"
 MAX_STEPS = 999  # three counter digits
-TOKENS_PER_LINE = 5  # h t u x ,
+TOKENS_PER_LINE = 6  # h t u : x ,
+MODULUS = 11  # of the running value
 
 
 @dataclass(frozen=True)
@@ -64,10 +75,10 @@ class OdometerProblem:
             raise ValueError(f"need start in 0..9 and steps in 1..{MAX_STEPS}, got {self.start}, {self.steps}")
 
     def lines(self) -> list[tuple[int, int]]:
-        """(counter c_k, running digit x_k) for k = 0..n."""
+        """(counter c_k, running value x_k) for k = 0..n."""
         out, x = [(self.steps, self.start)], self.start
         for c in range(self.steps - 1, -1, -1):
-            x = (x + c % 10) % 10
+            x = (x + c % 10) % MODULUS
             out.append((c, x))
         return out
 
@@ -80,8 +91,8 @@ class OdometerProblem:
         return f"add start {self.start} steps {_digits(self.steps)}"
 
     def solution_text(self) -> str:
-        """`h t u x ,` per line, then `answer x_n`."""
-        body = " ".join(f"{_digits(c)} {x} ," for c, x in self.lines())
+        """`h t u : x ,` per line, then `answer x_n`."""
+        body = " ".join(f"{_digits(c)} : {x} ," for c, x in self.lines())
         return f"{body} answer {self.answer}"
 
     @property
@@ -95,7 +106,7 @@ def _digits(c: int) -> str:
 
 
 def generate_problems(
-    n: int, seed: int, alpha: float = 1.0, min_size: int = 2, max_size: int = 800
+    n: int, seed: int, alpha: float = 1.0, min_size: int = 2, max_size: int = 680
 ) -> list[OdometerProblem]:
     """`n` problems, fully determined by `seed` and the size law."""
     if not 1 <= min_size <= max_size <= MAX_STEPS:
