@@ -7,8 +7,8 @@ everything downstream loads it exactly like a real model with `from_pretrained`.
 Presets (`PRESETS`, `model.path=builtin:<preset>`): `default` is the demo's model;
 `long` is the same size made for answers of thousands of tokens (the `odometer`
 task). With the defaults, a model trained on 200-token sequences fails further out
-(measured: teacher-forced error 0.3% at tokens 200-300, 33% at 500-1000, 66% at
-2000-4000): Qwen3's QK-norm bounds an attention logit by sqrt(head_dim) x g_q x g_k
+(measured: teacher-forced error 4% at tokens 200-300, 46% at 500-1000, 76% at
+2000-4000; docs/task.md): Qwen3's QK-norm bounds an attention logit by sqrt(head_dim) x g_q x g_k
 (5.7 at init), so a head that should read one token five positions back loses it
 among thousands of others (e^5.7 / 4000 < 10%), and RoPE's low frequencies (periods
 of thousands of tokens at base 10,000) behave at long range in ways a short
