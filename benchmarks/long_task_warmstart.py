@@ -103,7 +103,8 @@ def main() -> int:
                    "answer_tokens_mean": float(np.mean([p.num_tokens + 1 for p in probs])),
                    "accuracy": res.summary["avg@k"], "path_prob": float(np.mean(np.exp(lps))),
                    "response_length_mean": res.summary["response_length/mean"],
-                   "truncation_rate": res.summary["truncation_rate"], "max_new_tokens": cap, "sample_s": time.perf_counter() - t0,
+                   "truncation_rate": res.summary["truncation_rate"], "max_new_tokens": cap,
+                   "sample_s": time.perf_counter() - t0,
                    "correct_per_problem": per_problem.tolist(),
                    "mixed_groups": int(((per_problem > 0) & (per_problem < args.k)).sum())}
             buckets.append(row)

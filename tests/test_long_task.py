@@ -56,11 +56,13 @@ def test_token_count_with_builtin_tokenizer():
         assert toks[TOKENS_PER_LINE - 1 :: TOKENS_PER_LINE][: n + 1] == [","] * (n + 1)  # one `,` per line
         assert tok.unk_token not in toks
     assert len(tok.tokenize(OdometerProblem(start=0, steps=12).prompt_text)) == 7  # add start 0 steps 0 1 2
-    assert TOKENS_PER_LINE == 3 + 3  # the prompt's digits + the chat template's 3 tokens: line 0 copies at line distance
+    # the prompt's 3 digits + the chat template's 3 tokens: line 0 copies the prompt at the line distance
+    assert TOKENS_PER_LINE == 3 + 3
     text = tok.apply_chat_template([{"role": "user", "content": "add start 0 steps 0 1 2"}], add_generation_prompt=True,
                                    tokenize=False)
     prompt = tok(text, add_special_tokens=False)["input_ids"]
-    assert tok.convert_ids_to_tokens(prompt[-TOKENS_PER_LINE:]) == ["0", "1", "2", "<|im_end|>", "<|im_start|>", "assistant"]
+    tail = tok.convert_ids_to_tokens(prompt[-TOKENS_PER_LINE:])
+    assert tail == ["0", "1", "2", "<|im_end|>", "<|im_start|>", "assistant"]
 
 
 def test_every_token_is_a_function_of_the_last_line():
