@@ -70,3 +70,18 @@ def test_example_script_runs(tmp_path):
     assert summary["steps"] == 2 and summary["eval_before"] is not None and summary["eval_after"] is not None
     logged = set().union(*(json.loads(line) for line in (tmp_path / "ex" / "metrics.jsonl").read_text().splitlines()))
     assert {"rewards/correct_answer/mean", "rewards/correct_answer/answered", "rewards/brevity/mean"} <= logged
+
+
+def test_reward_functions_receive_the_rows_extra_info(tmp_path):
+    """verl passes each row's extra_info to compute_score; a batch function gets its keys as columns."""
+    rows = [{"prompt": f"add {i} {i}", "answer": str(2 * i), "extra_info": {"tag": f"t{i}"}} for i in range(6)]
+    reward = LengthParity()
+    seen = []
+
+    def batch(completions, tag=None, **columns):  # a default: the start-up check refuses required extra columns
+        seen.extend(tag or [None])
+        return reward(completions, **columns)
+
+    Trainer(make_config(None, {**TINY, "train.steps": 2}), reward_funcs=batch, train_dataset=rows,
+            eval_dataset=False, output_dir=tmp_path / "run").train()
+    assert seen and set(seen) <= {f"t{i}" for i in range(6)}  # before: extra_info never reached the function

@@ -118,7 +118,7 @@ def score(s: TrainSession, finished: list[Trajectory]) -> None:
     prompts = s.tokenizer.batch_decode([t.prompt_tokens for t in finished], skip_special_tokens=True)
     try:
         raw = s.reward.score(texts, [t.ground_truth for t in finished], [t.data_source for t in finished],
-                             prompts=prompts)
+                             extra_infos=[t.extra_info for t in finished], prompts=prompts)
     except RewardError:  # a reward function's own fault: its message names the function, sample and fix
         raise
     except Exception as e:

@@ -39,6 +39,7 @@ class Trajectory:
     stop_reason: str | None = None
     reward: float | None = None
     born_step: int = 0  # training step at which its prompt entered the rollout
+    extra_info: dict = field(default_factory=dict)  # the dataset row's extra_info, for reward functions and the judge
 
     @property
     def response_len(self) -> int:

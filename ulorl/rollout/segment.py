@@ -67,7 +67,7 @@ class SegmentRollout:
         fresh = [
             Trajectory(sample_id=f"{d.group_id}/{k}", group_id=d.group_id, prompt_id=d.record.prompt_id,
                        prompt_tokens=list(d.record.prompt_tokens), ground_truth=d.record.ground_truth,
-                       data_source=d.record.data_source, born_step=step)
+                       data_source=d.record.data_source, born_step=step, extra_info=dict(d.record.extra_info))
             for d in draws for k in range(self.G)
         ]
         batch = continued + fresh
