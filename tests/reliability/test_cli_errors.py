@@ -202,3 +202,11 @@ def test_clean_binary_parquet_prompt_is_written_as_text(tmp_path, capsys):
     rc, err = run(["clean", "--input", _binary_parquet(tmp_path), "--output", str(tmp_path / "o.jsonl")], capsys)
     assert rc == 0, err
     assert json.loads((tmp_path / "o.jsonl").read_text()) == {"prompt": "What is 1+1?", "answer": "2"}
+
+
+def test_a_kv_cache_over_budget_stops_at_start_in_one_line(tmp_path, capsys):
+    # 64 slots x (10-token prompts + 160) x 1,536 bytes per token = 16.7 MB > 1 MB: refused before any rollout
+    rc, err = run(["train", "-o", str(tmp_path / "run"), *QUICK, "rollout.kv_cache_gib=0.001"], capsys)
+    assert rc != 0
+    assert_one_line(err, "train", "rollout.kv_cache_gib=0.001", "rollout.max_batch")
+    assert not list((tmp_path / "run").glob("checkpoints/step_*"))

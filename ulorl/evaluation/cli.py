@@ -123,7 +123,7 @@ def run_eval(args: argparse.Namespace) -> int:
                 f"{k}={v:.4f}" for k, v in s.items() if k.startswith("pass@")) +
                 f" truncation_rate={s['truncation_rate']:.3f} mean_length={s['response_length/mean']:.1f}")
     out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True, mode=0o700)  # private, like every run folder
     payload = {"model": str(args.model), "datasets": {n: r.to_dict() for n, r in results.items()}}
     (out / "results.json").write_text(json.dumps(payload, indent=2))
     md = [f"# Evaluation of `{args.model}`", ""] + [r.to_markdown() for r in results.values()]

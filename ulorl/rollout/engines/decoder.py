@@ -24,13 +24,14 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 
+from ulorl.errors import UlorlError
 from ulorl.rollout.engines.kv_cache import KVShape, SlotKVCache
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
 
-class UnsupportedModelError(ValueError):
-    """The model's architecture is outside what `SlotDecoder` implements."""
+class UnsupportedModelError(UlorlError, ValueError):
+    """The model's architecture is outside what `SlotDecoder` implements (a one-line CLI error)."""
 
 
 def check_supported(model) -> None:

@@ -19,11 +19,13 @@ from dataclasses import dataclass
 
 import torch
 
+from ulorl.errors import UlorlError
+
 GIB = 1024**3
 
 
-class KVCacheBudgetError(ValueError):
-    """The KV cache a batch needs exceeds the configured budget."""
+class KVCacheBudgetError(UlorlError, ValueError):
+    """The KV cache a batch needs exceeds the configured budget (a one-line CLI error)."""
 
 
 @dataclass(frozen=True)
