@@ -81,15 +81,20 @@ def generate_problems(
     return probs
 
 
-def to_row(p: ChainProblem, index: int, split: str) -> dict:
-    """A dataset row in verl's schema."""
+def verl_row(p, data_source: str, index: int, split: str) -> dict:
+    """A built-in problem (`prompt_text`, `answer`, `steps`, `solution_text()`) as a dataset row in verl's schema."""
     return {
-        "data_source": DATA_SOURCE,
+        "data_source": data_source,
         "prompt": [{"role": "user", "content": p.prompt_text}],
         "ability": "reasoning",
         "reward_model": {"style": "rule", "ground_truth": str(p.answer)},
         "extra_info": {"split": split, "index": index, "size": p.steps, "solution": p.solution_text()},
     }
+
+
+def to_row(p: ChainProblem, index: int, split: str) -> dict:
+    """A dataset row in verl's schema."""
+    return verl_row(p, DATA_SOURCE, index, split)
 
 
 def make_rows(n: int, seed: int, split: str = "train", **size_law) -> list[dict]:

@@ -57,7 +57,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from ulorl.tasks.chain import sample_size
+from ulorl.tasks.chain import sample_size, verl_row
 
 DATA_SOURCE = "ulorl/odometer"
 MAX_STEPS = 999  # three counter digits
@@ -121,13 +121,7 @@ def generate_problems(
 
 def to_row(p: OdometerProblem, index: int, split: str) -> dict:
     """A dataset row in verl's schema."""
-    return {
-        "data_source": DATA_SOURCE,
-        "prompt": [{"role": "user", "content": p.prompt_text}],
-        "ability": "reasoning",
-        "reward_model": {"style": "rule", "ground_truth": str(p.answer)},
-        "extra_info": {"split": split, "index": index, "size": p.steps, "solution": p.solution_text()},
-    }
+    return verl_row(p, DATA_SOURCE, index, split)
 
 
 def make_rows(n: int, seed: int, split: str = "train", **size_law) -> list[dict]:
