@@ -1,0 +1,55 @@
+"""Resume at a longer L (issue 16): killed mid-segment with samples up to 7 segments deep in the pool.
+
+A shortened long configuration: the long-output `odometer` task, L = 512 in M = 8 segments of 64 tokens, a
+tiny random model with a weak EOS (answers of 1 to 512 tokens, most truncated at L, so the unfinished pool
+holds samples 2 to 7 segments deep at every step boundary). The run is SIGKILLed while step 4 rolls out (its
+step-3 checkpoint committed), resumed with `--resume auto`, and must equal an uninterrupted run: the same
+trained samples (no loss, no duplicate), metrics, pools and bit-identical weights.
+"""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+import resume_helpers as R
+from test_resume_kill import Child, _context, committed
+
+from ulorl.trainer import train
+
+N, KILL_AFTER = 6, 3
+LONG = ["data.train=builtin:odometer", "rollout.max_response_len=512", "rollout.num_segments=8",
+        "reward.overlong_buffer=512", f"checkpoint.keep={N}"]
+
+
+@pytest.fixture(scope="module")
+def weak_eos_model(tmp_path_factory):
+    return R.make_eos_model(tmp_path_factory.mktemp("weak_eos") / "model", strength=0.3)
+
+
+def test_long_run_killed_mid_segment_resumes_with_nothing_lost_or_trained_twice(weak_eos_model, tmp_path):
+    ref = tmp_path / "reference"
+    assert train(R.config(weak_eos_model, *LONG, f"train.steps={N}"), ref)["steps"] == N
+    deep = [len(t["segments"]) for t in R.pools(ref / "checkpoints" / f"step_{KILL_AFTER:06d}")["unfinished"]["items"]]
+    assert deep and max(deep) >= 4, deep  # half-decoded samples several segments deep wait in the pool
+
+    run = tmp_path / "run"
+    argv = ["train", "-o", str(run), "--resume", "auto", *R.overrides(weak_eos_model, *LONG, f"train.steps={N}")]
+    child = Child(_context(), argv, tmp_path / "child.log")
+    deadline = time.time() + 120
+    while committed(run) != KILL_AFTER and child.proc.is_alive() and time.time() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)  # into step 4's rollout (a step takes ~2 s here)
+    child.kill()
+    assert child.proc.exitcode is not None and child.proc.exitcode != 0, child.text()
+    assert committed(run) in (KILL_AFTER, KILL_AFTER + 1), child.text()
+
+    assert train(R.config(weak_eos_model, *LONG, f"train.steps={N}"), run, resume="auto")["steps"] == N
+    trained = R.samples(run)
+    ids = [r["sample_id"] for r in trained]
+    assert len(ids) == len(set(ids)), "a sample was trained twice"
+    assert trained == R.samples(ref)
+    assert max(len(r["versions"]) for r in trained) >= 4
+    assert R.metrics(run) == R.metrics(ref)
+    assert R.pools(R.latest(run)) == R.pools(R.latest(ref))
+    R.assert_same_weights(R.weights(R.latest(run)), R.weights(R.latest(ref)))
