@@ -40,6 +40,7 @@ class _Record:  # stands in for a PromptRecord
     prompt_tokens: list[int]
     ground_truth: str = "0"
     data_source: str = "plan"
+    extra_info: dict = field(default_factory=dict)
 
 
 class LengthEngine:
