@@ -10,8 +10,9 @@ never sampled), temperature 0.85, one torch thread. Variants, alternating so dri
   (paged attention); `--library` only, it is slow on CPU.
 
 Reported per variant and N (256 and 2048): CPU seconds per decode iteration (the call's CPU time / the new
-tokens per row it decoded) and the ratio long / short (`stopped_early` names a variant that decoded fewer than N). Next to it, the physical floor: the KV bytes one iteration must read (16 rows x the
-mean context x bytes per token) over this machine's measured memory bandwidth (`torch.sum` over 512 MiB).
+tokens per row it decoded) and the ratio long / short (`stopped_early` names a variant that decoded fewer than
+N). Next to it, the physical floor: the KV bytes one iteration must read (16 rows x the mean context x bytes per
+token) over this machine's measured memory bandwidth (`torch.sum` over 512 MiB).
 Then the torch engine alone decodes 16 x 8192 tokens in a fresh process: tokens/s and that process's peak RSS.
 
     python benchmarks/bench_long_decode.py [--quick] [--library] [--out docs/bench_long_decode.json]

@@ -11,7 +11,8 @@ machine) next to wall time, and the load average is logged per configuration.
 Reported per M: time per step and per trained sample (median over passes of each pass's mean), speedup over
 M=1, the step broken into phases (gen = engine prefill forwards + decode forwards + the rest of the rollout;
 reward; update; other), per-step counts (rounds, decode iterations, live rows per iteration, prefill tokens as
-computed (padded for `--engine hf`), context tokens read), decode-slot utilisation (useful tokens / (batch rows x decode iterations)),
+computed (padded for `--engine hf`), context tokens read), decode-slot utilisation (useful tokens / (batch rows x
+decode iterations)),
 re-prefill tokens as a share of decoded tokens, mean staleness (versions between a sample's first segment and its
 update), and two bounds: `ideal_speedup` = E[longest answer of a synchronous round] / E[answer length]
 = 1 / utilisation at M=1 (the slot waste segment rollout can remove), and `amdahl_bound` = step / (step - gen)

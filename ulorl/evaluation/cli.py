@@ -84,7 +84,8 @@ def _prompt_options(args: argparse.Namespace) -> dict:
         try:
             kwargs = json.loads(args.chat_template_kwargs)
         except json.JSONDecodeError as e:
-            raise ConfigError(f"--chat-template-kwargs: not JSON ({e}); e.g. '{{\"enable_thinking\": false}}'") from None
+            raise ConfigError(f"--chat-template-kwargs: not JSON ({e}); "
+                              "e.g. '{\"enable_thinking\": false}'") from None
         if not isinstance(kwargs, dict):
             raise ConfigError("--chat-template-kwargs: expected a JSON object")
     system = args.system_prompt if args.system_prompt is not None else data.get("system_prompt")

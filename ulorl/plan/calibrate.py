@@ -43,7 +43,7 @@ def _median_time(fn, repeats: int, clock: Clock) -> float:
 
 
 def _prefill_timer(eng, model, clock: Clock, acc: dict) -> list:
-    """Accumulate the prefill's time of each `generate` into `acc["prefill"]`; returns what `_untime` undoes."""
+    """Accumulate the prefill's time of each `generate` into `acc["prefill"]`; returns the callables that undo it."""
     if hasattr(eng, "decoder"):  # torch engine: its packed prefill is one method
         inner = eng.decoder.prefill
 
@@ -64,12 +64,14 @@ def _prefill_timer(eng, model, clock: Clock, acc: dict) -> list:
         if kwargs["input_ids"].shape[1] > 1:
             acc["prefill"] += clock() - acc["t0"]
 
-    hooks = [model.register_forward_pre_hook(pre, with_kwargs=True), model.register_forward_hook(post, with_kwargs=True)]
+    hooks = [model.register_forward_pre_hook(pre, with_kwargs=True),
+             model.register_forward_hook(post, with_kwargs=True)]
     return [h.remove for h in hooks]
 
 
 def measure_engine(model, pad_id: int, batches=(1, 2, 4, 8, 16, 32, 64), contexts=(32, 64, 128, 256),
-                   new_tokens: int = 33, repeats: int = 3, clock: Clock | None = None, engine: str = "torch") -> list[dict]:
+                   new_tokens: int = 33, repeats: int = 3, clock: Clock | None = None,
+                   engine: str = "torch") -> list[dict]:
     """Rows {batch, context, prefill_s, iter_s, real/padded prefill counts}: one prefill and one decode iteration
     at each grid point. Medians over `repeats`."""
     from ulorl.rollout.engines import HFEngine, SamplingParams, TorchEngine

@@ -40,7 +40,8 @@ class KVShape:
     @property
     def bytes_per_token(self) -> int:
         """Keys + values of one token over all layers."""
-        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * torch.empty((), dtype=self.dtype).element_size()
+        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * itemsize
 
 
 def cache_bytes(shape: KVShape, slots: int, capacity: int) -> int:
