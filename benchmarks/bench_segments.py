@@ -73,39 +73,29 @@ class Probe:
             s.model.register_forward_hook(self._post, with_kwargs=True)
 
     def _wrap_decoder(self, dec) -> None:
-        prefill, decode = dec.prefill, dec.decode
-
-        def timed(kind, fn, counts):
-            def run(*a, **k):
-                t = {c: f() for c, f in CLOCKS.items()}
-                try:
-                    return fn(*a, **k)
-                finally:
-                    for c, f in CLOCKS.items():
-                        self.c[f"{kind}_fwd_{c}"] += f() - t[c]
-                    self.c.update(counts(*a))
-            return run
-
-        dec.prefill = timed("prefill", prefill, lambda cache, seqs, slots: {
+        dec.prefill = self._timed(dec.prefill, "prefill_fwd", lambda cache, seqs, slots: {
             "prefill_tokens": sum(map(len, seqs)), "prefill_sq": sum(len(x) ** 2 for x in seqs)})
-        dec.decode = timed("decode", decode, lambda cache, tokens, ctx: {"ctx_sum": len(ctx) * (max(ctx) + 1)})
+        dec.decode = self._timed(dec.decode, "decode_fwd",
+                                 lambda cache, tokens, ctx: {"ctx_sum": len(ctx) * (max(ctx) + 1)})
 
     def _wrap(self, obj, name: str, phase: str) -> None:
-        fn = getattr(obj, name)
+        counts = {"reward": lambda texts, *a, **k: {"finished": len(texts)},  # one text per finished sample
+                  "update": lambda trajs, *a, **k: {  # the trained batch
+                      "trained_tokens": sum(len(t.prompt_tokens) + t.response_len for t in trajs)}}.get(phase)
+        setattr(obj, name, self._timed(getattr(obj, name), phase, counts))
 
-        def timed(*a, **k):
-            if phase == "reward":  # score(texts, ...): one text per finished sample
-                self.c["finished"] += len(a[0])
-            elif phase == "update":  # update(trajs, ...): the trained batch
-                self.c["trained_tokens"] += sum(len(t.prompt_tokens) + t.response_len for t in a[0])
+    def _timed(self, fn, key: str, counts=None):
+        """`fn` with its CPU and wall time added to `{key}_{clock}`, and `counts(*args)` to the counters."""
+        def run(*a, **k):
+            if counts:
+                self.c.update(counts(*a, **k))
             t = {c: f() for c, f in CLOCKS.items()}
             try:
                 return fn(*a, **k)
             finally:
                 for c, f in CLOCKS.items():
-                    self.c[f"{phase}_{c}"] += f() - t[c]
-
-        setattr(obj, name, timed)
+                    self.c[f"{key}_{c}"] += f() - t[c]
+        return run
 
     def _pre(self, module, args, kwargs) -> None:
         if self._in_gen:

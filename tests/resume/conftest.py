@@ -12,6 +12,23 @@ def eos_model(tmp_path_factory):
     return make_eos_model(tmp_path_factory.mktemp("eos_model") / "model")
 
 
+@pytest.fixture(scope="module")
+def three_steps(eos_model, tmp_path_factory):
+    """A 3-step run with checkpoints step_000002 and step_000003 (keep=2); tests copy it (`copy_run`) before
+    changing anything."""
+    from resume_helpers import config
+
+    from ulorl.trainer import train
+
+    old = torch.get_num_threads()
+    torch.set_num_threads(1)
+    run = tmp_path_factory.mktemp("three") / "run"
+    train(config(eos_model, "train.steps=3"), run)
+    torch.set_num_threads(old)
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["latest", "step_000002", "step_000003"]
+    return run
+
+
 @pytest.fixture(autouse=True)
 def one_thread():
     """Single-threaded torch: every run here uses the same reduction order (bit-exact comparisons), and

@@ -50,6 +50,14 @@ def config(model_dir: Path, *extra: str):
     return load_run_config(None, overrides(model_dir, *extra))
 
 
+def copy_run(src: Path, dst: Path) -> Path:
+    """A copy of a run folder to damage or resume (symlinks kept as links, as a user's copy would)."""
+    import shutil
+
+    shutil.copytree(src, dst, symlinks=True)
+    return dst
+
+
 def read_jsonl(path: Path) -> list[dict]:
     return [json.loads(line) for line in Path(path).read_text().splitlines() if line.strip()]
 

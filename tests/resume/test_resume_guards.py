@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 from pathlib import Path
 
@@ -29,22 +28,6 @@ from ulorl.session import TrainSession
 from ulorl.trainer import train
 
 
-@pytest.fixture(scope="module")
-def three_steps(eos_model, tmp_path_factory):
-    """A 3-step run with checkpoints step_000002 and step_000003 (keep=2), plus its step-3 weights."""
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    run = tmp_path_factory.mktemp("three") / "run"
-    train(R.config(eos_model, "train.steps=3"), run)
-    torch.set_num_threads(old)
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["latest", "step_000002", "step_000003"]
-    return run
-
-
-def copy_run(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst)
-    return dst
-
 
 def flip_bytes(path: Path) -> None:
     data = bytearray(path.read_bytes())
@@ -62,7 +45,7 @@ def cli_train(run: Path, model: Path, *extra: str, resume: str | None = "auto") 
 @pytest.mark.parametrize("damage", ["model/model.safetensors", "pools.json", "MANIFEST.json"])
 def test_damaged_checkpoint_is_refused_and_auto_falls_back_to_the_previous_one(
         three_steps, eos_model, tmp_path, capsys, damage):
-    run = copy_run(three_steps, tmp_path / "run")
+    run = R.copy_run(three_steps, tmp_path / "run")
     step3 = run / "checkpoints" / "step_000003"
     good3 = R.weights(step3)
     metrics3 = R.metrics(run)[2]
@@ -99,7 +82,7 @@ class _Evil:
 
 
 def test_loading_never_unpickles_objects(three_steps, tmp_path, monkeypatch):
-    run = copy_run(three_steps, tmp_path / "run")
+    run = R.copy_run(three_steps, tmp_path / "run")
     ckpt = run / "checkpoints" / "step_000003"
     mark = tmp_path / "pwned"
     monkeypatch.setenv("ULORL_EVIL_MARK", str(mark))
@@ -118,7 +101,7 @@ def test_loading_never_unpickles_objects(three_steps, tmp_path, monkeypatch):
 
 # -- config changes -------------------------------------------------------------------------------
 def test_incompatible_config_change_is_refused_naming_the_key(three_steps, eos_model, tmp_path, capsys):
-    run = copy_run(three_steps, tmp_path / "run")
+    run = R.copy_run(three_steps, tmp_path / "run")
     with pytest.raises(CheckpointError, match=r"rollout\.num_segments: 4 -> 2"):
         train(R.config(eos_model, "train.steps=4", "rollout.num_segments=2"), run, resume="auto")
     capsys.readouterr()
@@ -128,7 +111,7 @@ def test_incompatible_config_change_is_refused_naming_the_key(three_steps, eos_m
 
 
 def test_harmless_and_other_config_changes_are_accepted_and_named(three_steps, eos_model, tmp_path, capsys):
-    run = copy_run(three_steps, tmp_path / "run")
+    run = R.copy_run(three_steps, tmp_path / "run")
     train(R.config(eos_model, "train.steps=4", "logging.table_every=3", "train.lr=5e-4"), run, resume="auto")
     out = capsys.readouterr().out
     assert "harmless config change logging.table_every: 10 -> 3" in out
@@ -169,7 +152,7 @@ def test_resume_auto_without_a_complete_checkpoint_starts_from_the_beginning(eos
 
 
 def test_fresh_start_over_an_earlier_run_is_refused(three_steps, eos_model, tmp_path, capsys):
-    run = copy_run(three_steps, tmp_path / "run")
+    run = R.copy_run(three_steps, tmp_path / "run")
     with pytest.raises(CheckpointError, match="already holds checkpoints"):
         train(R.config(eos_model, "train.steps=3"), run)
     assert cli_train(run, eos_model, "train.steps=3", resume=None) == 2

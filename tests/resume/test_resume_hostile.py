@@ -18,25 +18,10 @@ import resume_helpers as R
 import torch
 
 import ulorl.checkpoint as ckpt_mod
-from ulorl.checkpoint import (CheckpointError, _sha256, find_resumable, resolve_resume_path, set_latest,
+from ulorl.checkpoint import (CheckpointError, _sha256, find_resumable, resolve_resume_path,
                               verify_checkpoint)
 from ulorl.cli import main as cli
 from ulorl.trainer import train
-
-
-@pytest.fixture(scope="module")
-def three_steps(eos_model, tmp_path_factory):
-    old = torch.get_num_threads()
-    torch.set_num_threads(1)
-    run = tmp_path_factory.mktemp("three") / "run"
-    train(R.config(eos_model, "train.steps=3"), run)
-    torch.set_num_threads(old)
-    return run
-
-
-def copy_run(src: Path, dst: Path) -> Path:
-    shutil.copytree(src, dst, symlinks=True)
-    return dst
 
 
 def truncate(path: Path) -> None:
@@ -63,7 +48,7 @@ def rewrite_manifest(checkpoint: Path, rel: str) -> None:
 
 # -- 1. no checkpoint verifies: stop, list them, change nothing ------------------------------------------
 def test_resume_auto_stops_when_checkpoints_exist_but_none_verifies(three_steps, eos_model, tmp_path, capsys):
-    run = copy_run(three_steps, tmp_path / "run")
+    run = R.copy_run(three_steps, tmp_path / "run")
     for step in ("step_000002", "step_000003"):
         truncate(run / "checkpoints" / step / "model" / "model.safetensors")
     before = snapshot(run)
@@ -77,7 +62,7 @@ def test_resume_auto_stops_when_checkpoints_exist_but_none_verifies(three_steps,
 
 
 def test_resume_never_moves_the_earlier_run_aside(three_steps, eos_model, tmp_path):
-    run = copy_run(three_steps, tmp_path / "run")
+    run = R.copy_run(three_steps, tmp_path / "run")
     before = snapshot(run)
     assert cli_train(run, eos_model, "train.steps=1", resume="never") == 0
     earlier = [p for p in run.iterdir() if p.name.startswith("earlier-")]
@@ -102,9 +87,9 @@ def test_a_fresh_start_never_truncates_an_earlier_runs_logs(eos_model, tmp_path)
 
 # -- 10. the `latest` pointer stays inside the run -----------------------------------------------------------
 def test_a_pointer_out_of_the_run_is_ignored(three_steps, tmp_path, capsys):
-    other = copy_run(three_steps, tmp_path / "other")
+    other = R.copy_run(three_steps, tmp_path / "other")
     shutil.copytree(other / "checkpoints" / "step_000003", other / "checkpoints" / "step_000060")
-    run = copy_run(three_steps, tmp_path / "runs" / "run")
+    run = R.copy_run(three_steps, tmp_path / "runs" / "run")
     root = run / "checkpoints"
     (root / "latest").write_text("../../../other/checkpoints/step_000060")
     found, notes = find_resumable(root)
@@ -119,7 +104,7 @@ def test_a_pointer_out_of_the_run_is_ignored(three_steps, tmp_path, capsys):
 
 
 def test_a_binary_pointer_is_ignored_with_a_note(three_steps, tmp_path):
-    run = copy_run(three_steps, tmp_path / "run")
+    run = R.copy_run(three_steps, tmp_path / "run")
     (run / "checkpoints" / "latest").write_bytes(b"\xff\xfe\x00step\x81")
     found, notes = find_resumable(run / "checkpoints")
     assert found.name == "step_000003" and any("binary bytes" in n for n in notes)
@@ -129,7 +114,7 @@ def test_a_binary_pointer_is_ignored_with_a_note(three_steps, tmp_path):
 
 # -- 7. a state.json without its config is refused by name ---------------------------------------------------
 def test_a_state_without_config_is_refused_by_name(three_steps, eos_model, tmp_path, capsys):
-    run = copy_run(three_steps, tmp_path / "run")
+    run = R.copy_run(three_steps, tmp_path / "run")
     step3 = run / "checkpoints" / "step_000003"
     state = json.loads((step3 / "state.json").read_text())
     del state["config"]
