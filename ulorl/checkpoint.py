@@ -26,8 +26,13 @@ Finding one (`find_resumable`): the checkpoint `latest` names, when it verifies;
 newest verifying checkpoint not newer than the one `latest` names (all of them when there is no
 pointer). Every skipped folder is reported with the reason. The pointer must hold the name of a
 `step_NNNNNN` folder directly inside the checkpoints folder; anything else (a path out of the run,
-binary bytes) is ignored with a note. `--resume auto` never starts over when checkpoints exist but
-none verifies: the session stops with the list (`existing_checkpoints`, the notes).
+binary bytes) is ignored with a note.
+
+Deciding (`decide_resume`, the one call a run makes before it is built): what `--resume` (none, `never`,
+`auto`, a PATH) means for a run folder: the checkpoint to resume from, loaded and checked against the
+run's config, or a fresh start; plus the notes to print, or the error to stop with. `--resume auto` never
+starts over when checkpoints exist but none verifies: it stops with the list (`existing_checkpoints`,
+the notes). Once the state is restored, `commit_resumed` points `latest` at the checkpoint resumed from.
 
 Test hook: `ULORL_TEST_CRASH_IN_SAVE=<phase>[@<step>]` makes `save_checkpoint` exit the process
 at once (`os._exit(137)`, like SIGKILL) at one of the phases in `CRASH_PHASES`, for the step given
@@ -43,6 +48,7 @@ import os
 import random
 import re
 import shutil
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -52,6 +58,7 @@ from ulorl.errors import UlorlError
 
 MANIFEST = "MANIFEST.json"
 LATEST = "latest"
+CHECKPOINTS = "checkpoints"  # the folder of a run's checkpoints, `RUN/checkpoints/`
 FORMAT_VERSION = 1
 # files a checkpoint must list in its manifest (the model weights are checked separately)
 REQUIRED_FILES = ("optimizer.pt", "rng.pt", "state.json", "pools.json", "model/config.json")
@@ -125,6 +132,11 @@ def make_run_dir(path: str | Path) -> Path:
     return path
 
 
+def step_dir(root: str | Path, step: int) -> Path:
+    """The folder checkpoint `step` is committed under in `root`: `step_000012`."""
+    return Path(root) / f"step_{step:06d}"
+
+
 def step_of(path: str | Path) -> int | None:
     """Step number of a checkpoint folder name (`step_000012` or its moved-aside copy), else None."""
     m = _STEP_DIR.match(Path(path).name) or _ASIDE_DIR.match(Path(path).name)
@@ -163,6 +175,17 @@ def set_rng_state(state: dict, torch_state: dict | torch.Tensor | None) -> None:
 
 
 # -- saving --------------------------------------------------------------------------------------
+def save_fingerprint(step: int, state: dict) -> tuple:
+    """What a save at the boundary of `step` holds that can differ from the last save of that step.
+
+    The weights, optimizer and pools only change inside a step, so (step, `state`, every RNG) identifies
+    the checkpoint; a save whose fingerprint equals the last one's, while that folder exists, is skipped
+    (e.g. the final save after an end-of-run evaluation that drew no random numbers)."""
+    torch_rng = torch_rng_state()
+    return (step, json.dumps(state), json.dumps(rng_state()),
+            [t.numpy().tobytes() for t in [torch_rng["cpu"], *torch_rng.get("cuda", [])]])
+
+
 def save_checkpoint(root: str | Path, step: int, *, model, tokenizer, optimizer_state: dict, state: dict,
                     pools: dict, keep: int = 2) -> Path:
     """Write checkpoint `step` atomically under `root`, commit it (`latest`), prune to the last `keep`.
@@ -171,7 +194,7 @@ def save_checkpoint(root: str | Path, step: int, *, model, tokenizer, optimizer_
     the last committed checkpoint stays as it was."""
     root = Path(root)
     root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    final = root / f"step_{step:06d}"
+    final = step_dir(root, step)
     tmp = root / f"{final.name}.tmp-{os.getpid()}"
     if tmp.exists():
         shutil.rmtree(tmp)
@@ -378,7 +401,7 @@ def existing_checkpoints(root: str | Path) -> list[tuple[int, Path]]:
 def resolve_resume_path(path: str | Path) -> Path:
     """`--resume PATH`: a checkpoint folder, or a run folder / checkpoints folder (then its `latest`)."""
     path = Path(path)
-    for root in (path / "checkpoints", path):
+    for root in (path / CHECKPOINTS, path):
         if (root / LATEST).is_file():
             named, why = read_latest(root)
             if named is None:
@@ -467,3 +490,99 @@ def compare_configs(saved: dict, current: dict) -> tuple[list[str], list[str], l
         else:
             other.append(line)
     return bad, ok, other
+
+
+# -- the resume decision ---------------------------------------------------------------------------
+@dataclass
+class ResumeDecision:
+    """What a run does with its checkpoints (`decide_resume`).
+
+    The caller prints `notes` in order, then raises `error` when there is one: the notes found before it
+    explain it. Otherwise it resumes from `checkpoint`, or starts from the beginning when that is None
+    (an earlier run's outputs are moved aside, never truncated)."""
+
+    checkpoint: dict | None = None  # `load_checkpoint`'s dict: verified, a run's state, a compatible config
+    notes: list[str] = field(default_factory=list)  # lines for the user, in the order they were found
+    error: Exception | None = None  # neither resuming nor starting over is safe: stop with this
+
+
+def decide_resume(run_dir: str | Path, config: dict, resume: str | None) -> ResumeDecision:
+    """What `--resume` means for the run folder `run_dir`, for a run whose resolved config is `config` (`to_dict`).
+
+    - None: a fresh start; refused when `RUN/checkpoints` already holds checkpoints (the user chooses).
+    - `never`: a fresh start over whatever is there.
+    - `auto`: the checkpoint `find_resumable` picks; when none verifies, refused if checkpoints exist (a fresh
+      start would bury the run), else a fresh start.
+    - a PATH (`resolve_resume_path`): that checkpoint, never replaced by another one.
+    A checkpoint to resume from must hold a run's state (`check_run_state`) and a config without
+    incompatible changes (`compare_configs`); harmless and other changes are named in the notes."""
+    d = ResumeDecision()
+    try:
+        d.checkpoint = _choose_checkpoint(Path(run_dir) / CHECKPOINTS, config, resume, d.notes)
+    except Exception as e:
+        d.error = e
+    return d
+
+
+def _choose_checkpoint(root: Path, config: dict, resume: str | None, notes: list[str]) -> dict | None:
+    if resume is None:
+        if existing_checkpoints(root) or (root / LATEST).exists():
+            raise CheckpointError(f"{root} already holds checkpoints of an earlier run: pass "
+                                  "--resume auto to continue it, --resume never to start over (its files are "
+                                  "moved aside), or choose another --output-dir")
+        return None
+    if resume == "never":
+        return None
+    if resume == "auto":
+        path, skipped = find_resumable(root)
+        notes += [f"--resume auto: {n}" for n in skipped]
+        if path is None:
+            _refuse_to_start_over(root, skipped)
+            left = incomplete_saves(root)
+            why = f" (ignoring {len(left)} interrupted save(s): {', '.join(p.name for p in left)})" if left else ""
+            notes.append(f"--resume auto: no complete checkpoint in {root}{why}; starting from the beginning")
+            return None
+        ckpt = load_checkpoint(path, verify=False)  # find_resumable has just verified it
+    else:
+        path = resolve_resume_path(resume)
+        try:
+            ckpt = load_checkpoint(path)
+        except CheckpointError as e:
+            raise CheckpointError(f"{e}\n(--resume auto falls back to the newest valid checkpoint)") from e
+    check_run_state(ckpt)
+    bad, ok, other = compare_configs(ckpt["state"]["config"], config)
+    if bad:
+        raise CheckpointError(f"refusing to resume from {path}: incompatible config changes (they would make "
+                              "the saved state meaningless or the run a different experiment):\n  " +
+                              "\n  ".join(bad) + "\nundo them, or start a new run in another --output-dir")
+    notes += [f"resume: harmless config change {line}" for line in ok]
+    notes += [f"resume: config change allowed, may alter results: {line}" for line in other]
+    notes.append(f"resuming from {path} (step {ckpt['state']['step']})")
+    return ckpt
+
+
+def _refuse_to_start_over(root: Path, skipped: list[str]) -> None:
+    """`--resume auto` with checkpoints of which none verifies: stop; a fresh start would bury the run."""
+    found = existing_checkpoints(root)
+    if not found and not (root / LATEST).exists():
+        return  # nothing was ever committed (killed during the first save): starting over loses nothing
+    listed = "\n  ".join([p.name for _, p in found] or ["(none; only the pointer)"])
+    raise CheckpointError(
+        f"--resume auto: {root} holds checkpoints but none verifies; nothing was changed.\n"
+        f"checkpoints:\n  {listed}\nwhat failed:\n  " + "\n  ".join(skipped or ["(no details)"]) +
+        "\nrestore a good copy, resume from one with --resume PATH, or start over with --resume never "
+        "(the earlier run's files are moved aside) or another --output-dir")
+
+
+def commit_resumed(root: str | Path, path: str | Path) -> None:
+    """Point `latest` of `root` at `path`, the checkpoint a run has just resumed from (a fallback or an explicit
+    older one), when it is one of `root`'s.
+
+    The logs are cut back to its step, so newer checkpoints are an abandoned timeline: a crash before
+    the next save must resume from here again, and the next save deletes them."""
+    root, path = Path(root), Path(path)
+    if path.parent.resolve() != root.resolve():
+        return
+    pointer = root / LATEST
+    if not pointer.exists() or pointer.read_text().strip() != path.name:
+        set_latest(root, path)
