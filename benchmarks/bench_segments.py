@@ -121,7 +121,7 @@ class Probe:
 
 def run_config(model_path: str, m: int, seed: int, args) -> dict:
     from ulorl.config import load_run_config
-    from ulorl.session import TrainSession
+    from ulorl.recipe import open_session
     from ulorl.trainer import train_step
 
     run_dir = Path(args.work) / f"M{m}-{time.time_ns()}"
@@ -132,7 +132,7 @@ def run_config(model_path: str, m: int, seed: int, args) -> dict:
         f"train.train_groups={args.groups}", "train.lr=1e-9", "algo.dynamic_sampling=false", "checkpoint.every=0",
         "reward.num_workers=1", f"train.seed={seed}", f"data.seed={seed}", "train.max_rounds_per_step=1000",
         f"rollout.engine={args.engine}"])
-    s = TrainSession(cfg, run_dir)
+    s = open_session(cfg, run_dir)
     probe = Probe(s)
     rows, load = [], [os.getloadavg()[0]]
     try:

@@ -7,8 +7,8 @@ import re
 from ulorl.audit import clip_text
 from ulorl.cli import main
 from ulorl.config import load_run_config
+from ulorl.recipe import open_session
 from ulorl.rollout.engines.scripted import ScriptedEngine
-from ulorl.session import TrainSession
 from ulorl.trainer import train_step
 
 
@@ -37,7 +37,7 @@ def run_steps(tmp_path, overrides, steps=2):
                                  "logging.progress=false", "logging.loggers=[jsonl]", "rollout.max_response_len=16",
                                  "rollout.num_segments=2", "rollout.group_size=2", "rollout.decode_batch=4",
                                  "train.train_groups=1", "algo.dynamic_sampling=false", *overrides])
-    s = TrainSession(cfg, tmp_path / "run")
+    s = open_session(cfg, tmp_path / "run")
     s.engine = ScriptedEngine([3, 12, 5, 9], eos_id=s.tokenizer.eos_token_id)
     s.rollout.engine = s.engine
     s.reward.close()

@@ -7,8 +7,8 @@ import pytest
 
 from ulorl.cli import main
 from ulorl.config import load_run_config
+from ulorl.recipe import open_session
 from ulorl.rollout.engines.scripted import ScriptedEngine
-from ulorl.session import TrainSession
 from ulorl.stall import NOTE_EVERY, StallError
 from ulorl.trainer import train_step
 
@@ -42,7 +42,7 @@ def session(tmp_path, reward, overrides):
                                  "logging.progress=false", "logging.loggers=[jsonl]", "rollout.max_response_len=16",
                                  "rollout.num_segments=2", "rollout.group_size=2", "rollout.decode_batch=4",
                                  "train.train_groups=1", *overrides])
-    s = TrainSession(cfg, tmp_path / "run")
+    s = open_session(cfg, tmp_path / "run")
     s.engine = ScriptedEngine([3, 5, 4, 6], eos_id=s.tokenizer.eos_token_id)  # short answers: groups finish
     s.rollout.engine = s.engine
     s.reward.close()

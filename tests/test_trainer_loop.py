@@ -6,8 +6,8 @@ from collections import Counter
 import pytest
 
 from ulorl.config import load_run_config
+from ulorl.recipe import open_session
 from ulorl.rollout.engines.scripted import ScriptedEngine
-from ulorl.session import TrainSession
 from ulorl.trainer import train_step
 
 # a long-tailed length script: most short, a few 10x longer
@@ -18,7 +18,7 @@ def session(tmp_path, fake_reward, overrides, lengths=LENGTHS):
     cfg = load_run_config(None, ["model.warm_start=none", "data.eval=null", "data.train_size=300",
                                  "logging.progress=false", "logging.loggers=[jsonl]", "train.lr=1e-4",
                                  "rollout.max_response_len=64", "rollout.group_size=4", *overrides])
-    s = TrainSession(cfg, tmp_path / "run")
+    s = open_session(cfg, tmp_path / "run")
     s.engine = ScriptedEngine(lengths, eos_id=s.tokenizer.eos_token_id)
     s.rollout.engine = s.engine
     s.reward.close()

@@ -18,6 +18,7 @@ from tqdm.auto import tqdm
 from ulorl.algo import dynamic_sampling
 from ulorl.config import RunConfig
 from ulorl.evaluation.metrics import paired_difference
+from ulorl.recipe import open_session
 from ulorl.reward import RewardError, apply_overlong_policy
 from ulorl.rollout.segment import SampleError
 from ulorl.session import TrainSession, say
@@ -26,7 +27,7 @@ from ulorl.trajectory import Trajectory
 
 
 def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
-    s = TrainSession(cfg, run_dir, resume)
+    s = open_session(cfg, run_dir, resume)
     stop = _StopOnSignal()
     try:
         if "before" not in s.history["eval"] and s.eval_prompts:

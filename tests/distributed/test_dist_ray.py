@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from ulorl.config import load_run_config
-from ulorl.session import TrainSession
+from ulorl.recipe import open_session
 from ulorl.trainer import train_step
 
 ray = pytest.importorskip("ray", reason="distributed.backend=ray needs Ray: pip install 'ulorl[ray]'")
@@ -35,7 +35,7 @@ def ray_session():
 
 def run(run_dir, fake_reward, overrides, steps=STEPS):
     """`steps` training steps; (session, per-step metrics, samples.jsonl records). The session stays open."""
-    s = TrainSession(load_run_config(None, [*RUN, *overrides]), run_dir)
+    s = open_session(load_run_config(None, [*RUN, *overrides]), run_dir)
     s.reward.close()
     s.reward = fake_reward
     metrics = [train_step(s) for _ in range(steps)]
@@ -84,7 +84,7 @@ def test_ray_two_engines_same_accounting_as_local(tmp_path, fake_reward, ray_ses
         weights = {k: v.clone() for k, v in s.model.state_dict().items()}
     finally:
         s.close()
-    back = TrainSession(load_run_config(None, RUN), tmp_path / "ray", resume="auto")
+    back = open_session(load_run_config(None, RUN), tmp_path / "ray", resume="auto")
     try:
         assert back.step == STEPS
         for k, v in back.model.state_dict().items():

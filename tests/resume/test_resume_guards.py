@@ -22,9 +22,9 @@ from ulorl.checkpoint import (CheckpointError, find_resumable, load_checkpoint, 
 from ulorl.cli import main as cli
 from ulorl.data import PromptRecord
 from ulorl.learner import Learner
+from ulorl.recipe import open_session
 from ulorl.rollout.prompt_source import PromptSource
 from ulorl.rollout.segment import SampleError
-from ulorl.session import TrainSession
 from ulorl.trainer import train
 
 
@@ -232,7 +232,7 @@ class _Broken:
 
 
 def test_engine_and_reward_failures_name_the_samples(eos_model, tmp_path):
-    s = TrainSession(R.config(eos_model, "rollout.num_segments=1"), tmp_path / "run")
+    s = open_session(R.config(eos_model, "rollout.num_segments=1"), tmp_path / "run")
     try:
         s.rollout.engine = _Broken(s.engine)
         with pytest.raises(SampleError, match=r"the engine failed on 8 sample\(s\) of group\(s\) g0, g1, g2, g3: "

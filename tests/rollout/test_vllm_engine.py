@@ -187,7 +187,7 @@ def test_registry_builds_it_with_yarn(fake, tiny_model_dir):
 
 def test_training_steps_through_the_vllm_engine(fake, tmp_path, fake_reward):
     """`rollout.engine=vllm` end to end: the session builds the engine from the policy folder and syncs it."""
-    from ulorl.session import TrainSession
+    from ulorl.recipe import open_session
     from ulorl.trainer import train_step
 
     cfg = load_run_config(None, ["rollout.engine=vllm", "model.warm_start=none", "data.eval=null",
@@ -195,14 +195,14 @@ def test_training_steps_through_the_vllm_engine(fake, tmp_path, fake_reward):
                                  "rollout.max_response_len=8", "rollout.num_segments=2", "rollout.group_size=2",
                                  "rollout.decode_batch=4", "train.train_groups=1", "algo.dynamic_sampling=false",
                                  "train.lr=1e-3"])
-    s = TrainSession(cfg, tmp_path / "run")
+    s = open_session(cfg, tmp_path / "run")
     s.reward.close()
     s.reward = fake_reward
     try:
         from ulorl.models import resolve_model_path
 
         assert isinstance(s.engine, VLLMEngine)
-        assert FakeLLM.instances[-1].kwargs["model"] == str(resolve_model_path(s.start_policy))  # builtin: its folder
+        assert FakeLLM.instances[-1].kwargs["model"] == str(resolve_model_path(cfg.model.path))  # builtin: its folder
         decoded = sum(train_step(s)["rollout/decoded_tokens"] for _ in range(3))
         assert decoded == s.engine.stats.useful_tokens > 0 and s.engine.stats.extra["weight_syncs"] == 3
         served = FakeLLM.instances[-1].model.hf.state_dict()
