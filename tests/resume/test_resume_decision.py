@@ -1,0 +1,87 @@
+"""`decide_resume`: the one call that says what a run resumes from, with the notes to print, or why it stops.
+
+No training here: the checkpoints are written directly with `save_checkpoint` (the tiny model, a state
+holding every key a run needs), so each case checks the decision alone.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from ulorl.checkpoint import (LATEST, STATE_KEYS, CheckpointError, commit_resumed, decide_resume, save_checkpoint,
+                              set_latest)
+
+CONFIG = {"train": {"steps": 3, "seed": 0}, "rollout": {"num_segments": 4}}
+
+
+@pytest.fixture(scope="module")
+def model_and_tokenizer(eos_model):
+    from ulorl.models import load_model, load_tokenizer
+
+    return load_model(eos_model), load_tokenizer(eos_model)
+
+
+def save(run, step, model_and_tokenizer, config=CONFIG):
+    model, tok = model_and_tokenizer
+    state = {k: 0 for k in STATE_KEYS if k != "rng"} | {"step": step, "config": config}
+    return save_checkpoint(run / "checkpoints", step, model=model, tokenizer=tok, optimizer_state={"state": {}},
+                           state=state, pools={"unfinished": [], "experience": []}, keep=5)
+
+
+def damage(checkpoint):
+    (checkpoint / "state.json").write_text("{}")  # no longer matches the manifest
+
+
+def test_a_fresh_run_folder_starts_from_the_beginning(tmp_path):
+    for resume in (None, "never"):
+        d = decide_resume(tmp_path / "run", CONFIG, resume)
+        assert (d.checkpoint, d.notes, d.error) == (None, [], None)
+    d = decide_resume(tmp_path / "run", CONFIG, "auto")
+    assert (d.checkpoint, d.error) == (None, None)
+    assert d.notes == [f"--resume auto: no complete checkpoint in {tmp_path / 'run' / 'checkpoints'}; starting from "
+                       "the beginning"]
+
+
+def test_a_fresh_start_over_checkpoints_must_be_asked_for(tmp_path, model_and_tokenizer):
+    run = tmp_path / "run"
+    save(run, 1, model_and_tokenizer)
+    d = decide_resume(run, CONFIG, None)
+    assert d.checkpoint is None and isinstance(d.error, CheckpointError) and "already holds" in str(d.error)
+    assert decide_resume(run, CONFIG, "never").error is None
+
+
+def test_auto_falls_back_and_names_what_it_skipped_and_what_changed(tmp_path, model_and_tokenizer):
+    run = tmp_path / "run"
+    save(run, 2, model_and_tokenizer)
+    damage(save(run, 3, model_and_tokenizer))
+    changed = {**CONFIG, "train": {"steps": 5, "seed": 0}}
+    d = decide_resume(run, changed, "auto")
+    assert d.error is None and d.checkpoint["path"].name == "step_000002"
+    assert d.notes[0].startswith("--resume auto: skipped the checkpoint named by") and "step_000003" in d.notes[0]
+    assert d.notes[1] == "resume: harmless config change train.steps: 3 -> 5"
+    assert d.notes[-1] == f"resuming from {run / 'checkpoints' / 'step_000002'} (step 2)"
+    # resuming from it commits it: `latest` names it until the next save
+    commit_resumed(run / "checkpoints", d.checkpoint["path"])
+    assert (run / "checkpoints" / LATEST).read_text().strip() == "step_000002"
+
+
+def test_auto_stops_with_its_notes_when_no_checkpoint_verifies(tmp_path, model_and_tokenizer):
+    run = tmp_path / "run"
+    damage(save(run, 1, model_and_tokenizer))
+    d = decide_resume(run, CONFIG, "auto")
+    assert d.checkpoint is None and "none verifies" in str(d.error)
+    assert d.notes and all(n.startswith("--resume auto: skipped") for n in d.notes)
+
+
+def test_an_explicit_checkpoint_is_never_replaced_and_incompatible_changes_are_refused(tmp_path,
+                                                                                         model_and_tokenizer):
+    run = tmp_path / "run"
+    good = save(run, 1, model_and_tokenizer)
+    bad = save(run, 2, model_and_tokenizer)
+    damage(bad)
+    set_latest(run / "checkpoints", good)
+    d = decide_resume(run, CONFIG, str(bad))
+    assert d.checkpoint is None and "--resume auto falls back" in str(d.error)
+    d = decide_resume(run, {**CONFIG, "rollout": {"num_segments": 2}}, str(good))
+    assert d.checkpoint is None and "rollout.num_segments: 4 -> 2" in str(d.error)
+    assert decide_resume(run, CONFIG, str(run)).checkpoint["path"] == good  # a run folder: its `latest`
