@@ -14,7 +14,7 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ulorl.data.clean_steps import (MODEL_STEPS, RULE_STEPS, STEPS, Action, CleanContext, CleanOptions, CleanStep,
+from ulorl.cleaning.steps import (MODEL_STEPS, RULE_STEPS, STEPS, Action, CleanContext, CleanOptions, CleanStep,
                                     parse_steps)
 from ulorl.data.config import BadRowPolicy, DataConfig, DataFormat
 from ulorl.data.formats import Storage, detect_storage, output_storage, write_rows
@@ -68,7 +68,7 @@ def _model_context(ctx: CleanContext, stack: contextlib.ExitStack, model_paths: 
     if not ctx.samplers:
         if not model_paths:
             raise DataError(f"cleaning steps {[s.value for s in MODEL_STEPS]} need at least one model (--model PATH)")
-        from ulorl.data.sampler import ResponseSampler
+        from ulorl.cleaning.model_sampler import ResponseSampler
         from ulorl.rollout.engines.base import SamplingParams
 
         ctx.samplers = [ResponseSampler.from_path(p, device=device, dtype=dtype,

@@ -8,8 +8,8 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from ulorl.data.clean import add_clean_arguments, clean_rows, run_clean
-from ulorl.data.clean_steps import CleanOptions, parse_steps
+from ulorl.cleaning.clean import add_clean_arguments, clean_rows, run_clean
+from ulorl.cleaning.steps import CleanOptions, parse_steps
 from ulorl.tasks.chain import make_rows, score_chain
 
 
