@@ -18,7 +18,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ulorl.audit import SampleLog
+from ulorl.samples_log import SampleLog
 from ulorl.checkpoint import (LATEST, CheckpointError, atomic_write_text, check_run_state, compare_configs,
                               existing_checkpoints, find_resumable, incomplete_saves, load_checkpoint, make_run_dir,
                               resolve_resume_path, rng_state, save_checkpoint, set_latest, set_rng_state,
