@@ -27,7 +27,7 @@ import torch
 from ulorl.algo import (dmmpt_mask, group_advantages, mpt_mask, pois_bias_by_age, policy_loss,
                         stale_token_policy)
 from ulorl.config import AlgoConfig, EntropyMaskMode, TrainConfig
-from ulorl.logprobs import chunked_logprobs_entropy
+from ulorl.algo.logprobs import chunked_logprobs_entropy
 from ulorl.trajectory import Trajectory
 
 
