@@ -38,7 +38,6 @@ import torch
 from benchlib import emit, machine  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def _child(args) -> None:
