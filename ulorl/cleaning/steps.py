@@ -1,4 +1,4 @@
-"""The cleaning steps of UloRL section 6 as composable filters, in a registry keyed by `CleanStep`.
+"""The cleaning steps of UloRL sections 3.3-3.4 (SPEC section 6): composable filters in a registry keyed by `CleanStep`.
 
 Each step maps rows to one `Decision` per row: kept, changed (with the new row) or
 removed, with a reason. Rule-based steps need no model; `too_easy` and
