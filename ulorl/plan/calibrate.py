@@ -1,6 +1,6 @@
 """Measure this machine's cost model with a model (default: the built-in tiny one).
 
-Decode: the real engine (`torch` by default, or `hf`) generates `n` tokens for `b`
+Decode: the real engine (built by `build_engine`: `torch` by default, or `hf`) generates `n` tokens for `b`
 prefixes of lengths spread over [c/2, c] with an EOS id that can never be sampled,
 so every call runs exactly `n` iterations at batch `b`. The prefill is timed on its
 own (the torch engine's packed prefill, or the HF engine's padded prefill forward,
