@@ -27,13 +27,10 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import torch
 
 from benchlib import emit, machine, quiet_torch  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
-
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 
 def main() -> int:
@@ -55,7 +52,8 @@ def main() -> int:
 
     from ulorl.data import DataConfig, load_prompts
     from ulorl.models import load_model, load_tokenizer
-    from ulorl.rollout.engines import HFEngine, SamplingParams, TorchEngine
+    from ulorl.rollout.engines import SamplingParams
+    from ulorl.rollout.engines.registry import build_engine
 
     tok, model = load_tokenizer(args.model), load_model(args.model)
     model.eval()
@@ -70,8 +68,8 @@ def main() -> int:
         ids[i, P - len(x):] = torch.tensor(x)
         attn[i, P - len(x):] = 1
 
-    engine = HFEngine(model, pad, eos_ids=[V + 7])  # an id that is never sampled: every row decodes N tokens
-    torch_engine = TorchEngine(model, eos_ids=[V + 7])
+    engine = build_engine("hf", model, tok, [V + 7])  # an id that is never sampled: every row decodes N tokens
+    torch_engine = build_engine("torch", model, tok, [V + 7])
     params = SamplingParams(temperature=args.temperature)
     gc = GenerationConfig(do_sample=True, temperature=args.temperature, top_k=0, top_p=1.0, max_new_tokens=N,
                           min_new_tokens=0, eos_token_id=None, pad_token_id=pad, bos_token_id=None)

@@ -33,7 +33,6 @@ import os
 import statistics
 import sys
 import time
-from pathlib import Path
 
 import numpy as np
 import torch
@@ -41,12 +40,10 @@ import torch.nn.functional as F
 
 from benchlib import emit, machine, quiet_torch  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-
-from ulorl.algo import group_advantages  # noqa: E402
-from ulorl.config import AlgoConfig, TrainConfig  # noqa: E402
-from ulorl.learner import Learner, _accumulate, make_micro_batches  # noqa: E402
-from ulorl.trajectory import Trajectory  # noqa: E402
+from ulorl.algo import group_advantages
+from ulorl.config import AlgoConfig, TrainConfig
+from ulorl.learner import Learner, accumulate_metrics, make_micro_batches
+from ulorl.trajectory import Trajectory
 
 TEMPERATURE = 0.85
 
@@ -111,10 +108,11 @@ def staged_update(ln: Learner, trajs: list[Trajectory], version: int) -> Stages:
         st.mark("is_mask_loss")
         loss.backward()
         st.mark("backward")
-        _accumulate(acc, m, int(mb.response_mask.sum()), entropy, mb, logprobs.detach())
+        accumulate_metrics(acc, m, int(mb.response_mask.sum()), entropy, mb, logprobs.detach())
         st.mark("metrics")
-    if finite:
-        ln._grad_norm()
+    if finite:  # the learner's clipping (`train.grad_clip`, 0 = off)
+        clip = ln.train_cfg.grad_clip
+        torch.nn.utils.clip_grad_norm_(ln.params, clip if clip > 0 else float("inf"))
         ln.optimizer.step()
     ln.optimizer.zero_grad(set_to_none=True)
     st.mark("optimizer")

@@ -53,12 +53,13 @@ def bandwidth_gbs(mib: int = 512, repeats: int = 5) -> float:
 def variants(model, tok, library: bool):
     from transformers import GenerationConfig
 
-    from ulorl.rollout.engines import HFEngine, SamplingParams, TorchEngine
+    from ulorl.rollout.engines import SamplingParams
+    from ulorl.rollout.engines.registry import build_engine
 
     V = model.config.vocab_size
     never = V + 7
     params = SamplingParams(temperature=0.85)
-    torch_eng, hf_eng = TorchEngine(model, [never]), HFEngine(model, tok.pad_token_id, [never])
+    torch_eng, hf_eng = build_engine("torch", model, tok, [never]), build_engine("hf", model, tok, [never])
 
     def engine(eng):
         def run(prefixes, n, seed):
@@ -97,12 +98,13 @@ def longest_only(n: int) -> int:
     """The torch engine alone decodes 16 x n tokens; prints one JSON line (tokens/s, peak RSS of this process)."""
     quiet_torch(1)
     from ulorl.models import load_model, load_tokenizer
-    from ulorl.rollout.engines import SamplingParams, TorchEngine
+    from ulorl.rollout.engines import SamplingParams
+    from ulorl.rollout.engines.registry import build_engine
 
     tok, model = load_tokenizer("builtin"), load_model("builtin")
     model.eval()
     prefixes = [[5 + (i * 7 + j) % 40 for j in range(6 + i % 5)] for i in range(ROWS)]
-    eng = TorchEngine(model, [model.config.vocab_size + 7])
+    eng = build_engine("torch", model, tok, [model.config.vocab_size + 7])
     rss0 = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     w0, c0 = time.perf_counter(), time.process_time()
     outs = eng.generate(prefixes, n, SamplingParams(temperature=0.85), seed=0)
@@ -132,7 +134,6 @@ def main() -> int:
         args.short, args.long, args.longest, args.repeats = 64, 512, 1024, 1
     quiet_torch(1)
     from ulorl.models import load_model, load_tokenizer
-    from ulorl.rollout.engines import SamplingParams
 
     tok, model = load_tokenizer("builtin"), load_model("builtin")
     model.eval()

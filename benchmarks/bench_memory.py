@@ -38,7 +38,6 @@ import torch
 from benchlib import emit, machine  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
 
 
 def _child(args) -> None:
@@ -57,7 +56,7 @@ def _child(args) -> None:
             logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits  # (b, S, V)
             logp = torch.log_softmax(logits.float() / self.temperature, dim=-1)
             lp_flat = logp[mb.gather_rows, mb.gather_cols, mb.targets]
-            with torch.no_grad():  # lean: from the same log-probs (algo.token_entropy would hold more copies)
+            with torch.no_grad():  # lean: from the same log-probs (a separate entropy pass would hold more copies)
                 ent_flat = -(logp.exp() * logp).sum(-1)[mb.gather_rows, mb.gather_cols]
             logprobs = torch.zeros(mb.response_mask.shape).index_put((mb.gather_rows, mb.target_cols), lp_flat)
             entropy = torch.zeros(mb.response_mask.shape)

@@ -33,10 +33,8 @@ import statistics
 import sys
 import time
 
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-from ulorl.reward import RuleVerifier  # noqa: E402
-from ulorl.reward.extract import extract_boxed  # noqa: E402
+from ulorl.reward import RuleVerifier
+from ulorl.reward.extract import extract_boxed
 
 FILLER = (
     "Let us consider the problem carefully. We expand the expression, collect like terms and "

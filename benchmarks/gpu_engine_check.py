@@ -37,10 +37,11 @@ def _sync(dev: torch.device) -> None:
 def correctness(model, tok, dev) -> dict:
     from ulorl.config import AlgoConfig, TrainConfig
     from ulorl.learner import Learner, make_micro_batches
-    from ulorl.rollout.engines import SamplingParams, TorchEngine
+    from ulorl.rollout.engines import SamplingParams
+    from ulorl.rollout.engines.registry import build_engine
     from ulorl.trajectory import Trajectory
 
-    eng = TorchEngine(model, [tok.eos_token_id], max_batch=5)
+    eng = build_engine("torch", model, tok, [tok.eos_token_id], max_batch=5)
     params = SamplingParams(temperature=0.85)
     prefixes = [[5 + (i * 7 + j) % 40 for j in range(4 + (i * 5) % 23)] for i in range(16)]
     first = eng.generate(prefixes, 64, params, seed=1)
@@ -62,10 +63,11 @@ def correctness(model, tok, dev) -> dict:
 
 
 def long_decode(model, dev, lengths) -> dict:
-    from ulorl.rollout.engines import SamplingParams, TorchEngine
+    from ulorl.rollout.engines import SamplingParams
+    from ulorl.rollout.engines.registry import build_engine
 
     never = model.config.vocab_size + 7
-    eng = TorchEngine(model, [never], kv_cache_gib=64)
+    eng = build_engine("torch", model, None, [never], kv_cache_gib=64)  # the torch engine needs no tokenizer
     prefixes = [[5 + (i * 7 + j) % 40 for j in range(8)] for i in range(16)]
     eng.generate(prefixes, 8, SamplingParams(), seed=0)  # warm-up
     out = {}
@@ -86,7 +88,8 @@ def long_decode(model, dev, lengths) -> dict:
 
 def segment_rollout(model, tok, dev, L: int, target: int) -> dict:
     from ulorl.data.records import PromptRecord
-    from ulorl.rollout.engines import SamplingParams, TorchEngine
+    from ulorl.rollout.engines import SamplingParams
+    from ulorl.rollout.engines.registry import build_engine
     from ulorl.rollout.pools import UnfinishedPool
     from ulorl.rollout.prompt_source import PromptSource
     from ulorl.rollout.segment import SegmentRollout
@@ -97,7 +100,7 @@ def segment_rollout(model, tok, dev, L: int, target: int) -> dict:
                             ground_truth="0", data_source="gpu_check") for i in range(512)]
     out = {}
     for m in (1, 4):
-        eng = TorchEngine(model, eos, kv_cache_gib=64)
+        eng = build_engine("torch", model, tok, eos, kv_cache_gib=64)
         ro = SegmentRollout(eng, PromptSource(records, seed=0), SamplingParams(temperature=1.0), group_size=8,
                             decode_batch=128, max_response_len=L, num_segments=m, seed=0)
         pool, done, lengths, rounds = UnfinishedPool(), 0, [], 0

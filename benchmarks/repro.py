@@ -29,8 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT))
-from ulorl.evaluation.metrics import paired_difference  # noqa: E402
+from ulorl.evaluation.metrics import paired_difference
 
 
 @dataclass(frozen=True)

@@ -8,7 +8,7 @@ import torch
 
 from ulorl.config import AlgoConfig, TrainConfig
 from ulorl.learner import Learner, make_micro_batches
-from ulorl.logprobs import chunked_logprobs_entropy
+from ulorl.algo.logprobs import chunked_logprobs_entropy
 from ulorl.models import load_model
 from ulorl.trajectory import Trajectory
 

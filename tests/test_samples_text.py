@@ -4,7 +4,7 @@ import hashlib
 import json
 import re
 
-from ulorl.audit import clip_text
+from ulorl.samples_log import clip_text
 from ulorl.cli import main
 from ulorl.config import load_run_config
 from ulorl.recipe import open_session

@@ -140,7 +140,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_eval_arguments(e)
     e.set_defaults(func=run_eval)
 
-    from ulorl.data.clean import add_clean_arguments, run_clean
+    from ulorl.cleaning.clean import add_clean_arguments, run_clean
 
     c = sub.add_parser("clean", help="the paper's data-cleaning pipeline",
                        description="Apply cleaning steps to a dataset; writes OUTPUT and OUTPUT.report.json.")

@@ -27,7 +27,7 @@ import torch
 from ulorl.algo import (dmmpt_mask, group_advantages, mpt_mask, pois_bias_by_age, policy_loss,
                         stale_token_policy)
 from ulorl.config import AlgoConfig, EntropyMaskMode, TrainConfig
-from ulorl.logprobs import chunked_logprobs_entropy
+from ulorl.algo.logprobs import chunked_logprobs_entropy
 from ulorl.trajectory import Trajectory
 
 
@@ -215,7 +215,7 @@ class Learner:
                     break
             loss.backward()
             w = int(mb.response_mask.sum())
-            _accumulate(acc, m, w, entropy, mb, logprobs.detach())
+            accumulate_metrics(acc, m, w, entropy, mb, logprobs.detach())
         finite = self._all_finite(finite)
         if finite:
             self._sync_gradients()
@@ -272,7 +272,8 @@ class Learner:
         self.optimizer.load_state_dict(state["optimizer"])
 
 
-def _accumulate(acc: dict, m: dict, w: int, entropy: torch.Tensor, mb: MicroBatch, logprobs: torch.Tensor) -> None:
+def accumulate_metrics(acc: dict, m: dict, w: int, entropy: torch.Tensor, mb: MicroBatch,
+                       logprobs: torch.Tensor) -> None:
     """Token-weighted sums of per-micro-batch metrics."""
     for k in ("pg_clipfrac", "mask_ratio", "approx_kl", "ratio_mean", "extra_mask_ratio", "token_weight_mean"):
         if k in m:

@@ -17,7 +17,6 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ulorl.audit import SampleLog
 from ulorl.checkpoint import (CHECKPOINTS, CheckpointError, atomic_write_text, commit_resumed, save_checkpoint,
                               save_fingerprint, set_rng_state, step_dir)
 from ulorl.config import RunConfig, dump_yaml, to_dict
@@ -29,6 +28,7 @@ from ulorl.rollout.engines.base import Engine, SamplingParams
 from ulorl.rollout.pools import ExperiencePool, UnfinishedPool
 from ulorl.rollout.prompt_source import PromptSource
 from ulorl.rollout.segment import SegmentRollout
+from ulorl.samples_log import SampleLog
 
 
 def say(msg: str) -> None:

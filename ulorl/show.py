@@ -14,7 +14,7 @@ import json
 import textwrap
 from pathlib import Path
 
-from ulorl.audit import clip_text
+from ulorl.samples_log import clip_text
 
 STATUSES = ("all", "trained", "dropped", "skipped")
 

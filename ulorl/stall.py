@@ -20,7 +20,7 @@ import json
 from collections import Counter
 from pathlib import Path
 
-from ulorl.audit import clip_text
+from ulorl.samples_log import clip_text
 from ulorl.errors import UlorlError
 
 NOTE_EVERY = 8  # rollout rounds without an admitted group between two progress lines

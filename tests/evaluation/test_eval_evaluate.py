@@ -10,7 +10,8 @@ import pytest
 from ulorl.data import DataConfig, PromptRecord, load_prompts
 from ulorl.evaluation import EvalConfig, add_eval_arguments, evaluate, run_eval
 from ulorl.models import build_tiny_model, eos_token_ids, load_model, load_tokenizer
-from ulorl.rollout.engines import GenerationOutput, HFEngine
+from ulorl.rollout.engines import GenerationOutput
+from ulorl.rollout.engines.registry import build_engine
 from ulorl.tasks.chain import score_chain
 
 
@@ -73,7 +74,7 @@ def test_evaluate_scripted_counts(tiny):
 def test_evaluate_end_to_end_tiny_model(tiny):
     path, tok = tiny
     model = load_model(path)
-    engine = HFEngine(model, tok.pad_token_id, eos_token_ids(model, tok))
+    engine = build_engine("hf", model, tok, eos_token_ids(model, tok))
     prompts, _ = load_prompts(DataConfig(eval_size=3), tok, "eval")
     cfg = EvalConfig(k=2, max_new_tokens=6, num_problems=2, batch_size=4)
     res = evaluate(engine, tok, prompts, cfg, chain_score, progress=False)

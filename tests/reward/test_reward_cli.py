@@ -38,7 +38,7 @@ def test_eval_reports_a_bad_reward_function_as_a_one_line_error(tmp_path, capsys
 
 
 def test_clean_scores_model_samples_with_the_configured_reward(tmp_path):
-    from ulorl.data.clean import clean_rows
+    from ulorl.cleaning.clean import clean_rows
     from ulorl.reward import RewardConfig
 
     rows = [{"prompt": "q1", "answer": "5"}, {"prompt": "q2", "answer": "7"}]

@@ -1,11 +1,12 @@
-"""MPTs and DMMPTs: dynamic masking of well-mastered positive tokens (UloRL section 4).
+"""MPTs and DMMPTs: dynamic masking of well-mastered positive tokens (UloRL section 3.2).
 
 - An **MPT** (mastered positive token) is a response token whose response has
   reward 1 and whose probability under the current policy is ``>= tau``.
 - **DMMPTs** masks the MPTs of response ``i`` only when its mean token entropy
   ``H_i = (1/|o_i|) sum_t H_t`` is below the target entropy ``sigma``:
   ``I(i, t) = [H_i < sigma] * [t is an MPT]``. Masked tokens give no gradient;
-  they still count in the loss denominator (Eq. 10, see ``loss.py``).
+  they still count in the loss denominator (Eq. 10, see ``loss.py``); the token
+  entropies come from ``logprobs.py``.
 
 Rewards are ``{0, 1}``; "reward 1" is tested as ``reward >= 1 - 1e-6`` to be
 robust to float round-off. All outputs are boolean and carry no gradient.

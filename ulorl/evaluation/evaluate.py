@@ -18,7 +18,7 @@ import numpy as np
 from ulorl.data.records import PromptRecord
 from ulorl.evaluation.config import EvalConfig
 from ulorl.evaluation.metrics import length_stats, pass_at_k
-from ulorl.evaluation.sampling import sample_groups
+from ulorl.evaluation.groups import sample_groups
 from ulorl.rollout.engines.base import Engine, SamplingParams
 
 ScoreFn = Callable[[list[str], list[str], list[str]], list[float]]

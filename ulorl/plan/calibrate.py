@@ -1,6 +1,6 @@
 """Measure this machine's cost model with a model (default: the built-in tiny one).
 
-Decode: the real engine (`torch` by default, or `hf`) generates `n` tokens for `b`
+Decode: the real engine (built by `build_engine`: `torch` by default, or `hf`) generates `n` tokens for `b`
 prefixes of lengths spread over [c/2, c] with an EOS id that can never be sampled,
 so every call runs exactly `n` iterations at batch `b`. The prefill is timed on its
 own (the torch engine's packed prefill, or the HF engine's padded prefill forward,
@@ -74,11 +74,12 @@ def measure_engine(model, pad_id: int, batches=(1, 2, 4, 8, 16, 32, 64), context
                    engine: str = "torch") -> list[dict]:
     """Rows {batch, context, prefill_s, iter_s, real/padded prefill counts}: one prefill and one decode iteration
     at each grid point. Medians over `repeats`."""
-    from ulorl.rollout.engines import HFEngine, SamplingParams, TorchEngine
+    from ulorl.rollout.engines import SamplingParams
+    from ulorl.rollout.engines.registry import build_engine
 
     clock = clock or Clock()
     never = model.config.vocab_size + 7  # an EOS id no row can sample: every call runs to max_new_tokens
-    eng = TorchEngine(model, [never]) if engine == "torch" else HFEngine(model, pad_id, [never])
+    eng = build_engine(engine, model, None, [never], pad_id=pad_id)
     params = SamplingParams(temperature=0.85)
     acc = {"t0": 0.0, "prefill": 0.0}
     undo = _prefill_timer(eng, model, clock, acc)

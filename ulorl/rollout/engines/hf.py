@@ -17,7 +17,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams, check_prefixes, load_weights
-from ulorl.rollout.engines.sampling import sample_tokens
+from ulorl.rollout.engines.token_sampling import sample_tokens
 
 
 class HFEngine:

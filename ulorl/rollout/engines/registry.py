@@ -14,7 +14,8 @@ def _torch(model, tokenizer, eos_ids: list[int], **kw) -> Engine:
 
 
 def _hf(model, tokenizer, eos_ids: list[int], **kw) -> Engine:
-    return HFEngine(model, tokenizer.pad_token_id, eos_ids, max_batch=kw.get("max_batch", 256))
+    pad_id = kw["pad_id"] if "pad_id" in kw else tokenizer.pad_token_id
+    return HFEngine(model, pad_id, eos_ids, max_batch=kw.get("max_batch", 256))
 
 
 def _vllm(model, tokenizer, eos_ids: list[int], **kw) -> Engine:
@@ -30,6 +31,12 @@ ENGINES: dict[EngineName, Callable[..., Engine]] = {EngineName.TORCH: _torch, En
 
 
 def build_engine(name: str, model, tokenizer, eos_ids: list[int], **kw) -> Engine:
+    """The engine `name` over `model`; `eos_ids` end a sample (an id outside the vocabulary: never stops early).
+
+    Keywords, each read by the engines that use it: `max_batch`, `kv_cache_gib` (torch), `pad_id` (hf; default
+    `tokenizer.pad_token_id`, so `tokenizer` may be None when it is given), `model_path`, `vllm`, `model_cfg`,
+    `seed` (vllm).
+    """
     try:
         key = EngineName(name)
     except ValueError:

@@ -28,7 +28,7 @@ import torch
 from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams, check_prefixes, load_weights
 from ulorl.rollout.engines.decoder import SlotDecoder
 from ulorl.rollout.engines.kv_cache import SlotKVCache
-from ulorl.rollout.engines.sampling import sample_tokens
+from ulorl.rollout.engines.token_sampling import sample_tokens
 
 CAPACITY_STEP = 256  # cache capacity is rounded up to this many tokens, so growing prefixes rarely reallocate
 

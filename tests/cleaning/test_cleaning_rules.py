@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from ulorl.data.clean_rules import (choice_conversion, count_list_items, last_boxed, long_answer_reason,
-                                    multi_question_reason, shorten_answer)
+from ulorl.cleaning.rules import (choice_conversion, count_list_items, last_boxed, long_answer_reason,
+                                  multi_question_reason, shorten_answer)
 
 
 @pytest.mark.parametrize("q", [

@@ -8,8 +8,8 @@ import json
 import pyarrow.parquet as pq
 import pytest
 
-from ulorl.data.clean import add_clean_arguments, clean_rows, run_clean
-from ulorl.data.clean_steps import CleanOptions, parse_steps
+from ulorl.cleaning.clean import add_clean_arguments, clean_rows, run_clean
+from ulorl.cleaning.steps import CleanOptions, parse_steps
 from ulorl.tasks.chain import make_rows, score_chain
 
 
@@ -141,7 +141,8 @@ def test_cli_parquet_in_parquet_out(tmp_path):
     assert (tmp_path / "clean.parquet.report.json").exists()
 
 
-def test_cli_model_step_end_to_end(tmp_path):
+@pytest.mark.parametrize("engine", [None, "torch"])  # None: the default (hf); any registry engine can sample
+def test_cli_model_step_end_to_end(tmp_path, engine):
     from ulorl.models import build_tiny_model
 
     model = build_tiny_model(tmp_path / "tiny")
@@ -149,7 +150,7 @@ def test_cli_model_step_end_to_end(tmp_path):
     inp.write_text("".join(json.dumps(r) + "\n" for r in make_rows(2, seed=5)))
     out = tmp_path / "out.jsonl"
     argv = ["--input", str(inp), "--output", str(out), "--steps", "too_easy", "--model", str(model),
-            "--k", "2", "--max-new-tokens", "4"]
+            "--k", "2", "--max-new-tokens", "4"] + (["--engine", engine] if engine else [])
     assert run_cli(argv) == 0  # default scorer: the reward package's RewardManager
     assert [json.loads(x) for x in out.read_text().splitlines()] == make_rows(2, seed=5)
     step = json.loads((tmp_path / "out.jsonl.report.json").read_text())["steps"][0]

@@ -1,10 +1,10 @@
-"""The cleaning steps of UloRL section 6 as composable filters, in a registry keyed by `CleanStep`.
+"""The cleaning steps of UloRL sections 3.3-3.4 (SPEC section 6): composable filters in a registry keyed by `CleanStep`.
 
 Each step maps rows to one `Decision` per row: kept, changed (with the new row) or
 removed, with a reason. Rule-based steps need no model; `too_easy` and
 `consensus` sample k answers per problem from one or more models.
 Deviations from the paper, which names the steps but not their rules: the text
-heuristics are ours (see `clean_rules.py`); proof questions are not converted;
+heuristics are ours (see `rules.py`); proof questions are not converted;
 `too_easy` drops a problem when any one given model gets all k samples right;
 `consensus` groups sampled answers by exact (whitespace- and $-stripped) string match
 before judging the majority answer against the reference with the reward verifier.
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from enum import Enum
 
-from ulorl.data.clean_rules import choice_conversion, long_answer_reason, multi_question_reason, shorten_answer
+from ulorl.cleaning.rules import choice_conversion, long_answer_reason, multi_question_reason, shorten_answer
 from ulorl.data.validate import RowSchema, get_path, is_missing, set_path
 
 ScoreFn = Callable[[list[str], list[str], list[str]], list[float]]

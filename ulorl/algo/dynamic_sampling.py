@@ -1,4 +1,4 @@
-"""Dynamic sampling: drop groups whose rewards are all equal (DAPO, UloRL section 5).
+"""Dynamic sampling: drop groups whose rewards are all equal (DAPO, as adopted in UloRL section 2.3).
 
 A group in which every response has the same reward has all-zero GRPO
 advantages and gives no gradient; DAPO removes such groups from the batch.

@@ -1,12 +1,27 @@
-"""Chunked log-prob and entropy of sampled tokens, without the full `(T, V)` logits.
+"""Log-probs and full-vocabulary entropies of the sampled tokens, chunked (UloRL Eq. 10's ``H``).
 
-For long responses the float32 logits of every position (T x V) dominate memory
+The learner's one pass from hidden states to the two per-token quantities the
+algorithm needs: ``log pi_theta(o_t)`` (ratios, MPTs) and the token entropy
+``H_t = -sum_j p_tj log p_tj`` over the full vocabulary, whose mean over a
+response is the ``H_i`` of the DMMPT rule (Eq. 10, section 3.2; see
+``entropy_mask.py``). ``p_t = softmax(logits_t / temperature)``: log-probs and
+entropies are computed from logits divided by the sampling temperature, as verl
+does (SPEC section 5). This is the package's only entropy implementation.
+
+Memory: for long responses the float32 logits of every position (T x V) dominate
 (128k x 152k x 4 B = 78 GB). We project hidden states to logits one chunk of
 positions at a time, inside one autograd function that keeps only the chunk's
 hidden states and its `(chunk,)` log-sum-exp for backward; backward recomputes the
 chunk's logits and turns them into the gradient in place. Peak logits memory is
 about one `chunk x V` float32 buffer (plus a copy for low-precision heads), independent
 of T (the earlier `checkpoint` + `log_softmax` + `token_entropy` version held about eight).
+
+Numerics: computed in float32 (low-precision heads are upcast); ``p log p`` is
+``torch.special.entr``, so entries with ``p == 0`` (underflow, ``-inf`` logits)
+contribute exactly 0. The entropy is detached: the algorithm uses it only in the
+DMMPT mask, which carries no gradient.
+
+Deviations from the paper: none.
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from ulorl.data.loaders import encode_prompts, render_prompt
-from ulorl.evaluation.sampling import sample_groups
+from ulorl.evaluation.groups import sample_groups
 from ulorl.rollout.engines.base import Engine, SamplingParams
 
 Sampler = Callable[[list[list[dict]], int], list[list[str]]]

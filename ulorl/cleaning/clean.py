@@ -14,14 +14,15 @@ import json
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from ulorl.data.clean_steps import (MODEL_STEPS, RULE_STEPS, STEPS, Action, CleanContext, CleanOptions, CleanStep,
-                                    parse_steps)
+from ulorl.cleaning.steps import (MODEL_STEPS, RULE_STEPS, STEPS, Action, CleanContext, CleanOptions, CleanStep,
+                                  parse_steps)
 from ulorl.data.config import BadRowPolicy, DataConfig, DataFormat
 from ulorl.data.formats import Storage, detect_storage, output_storage, write_rows
 from ulorl.data.loaders import read_source, validate_source
-from ulorl.reward.cli_args import add_reward_arguments, reward_config_from_args
 from ulorl.data.records import DataError
 from ulorl.data.validate import RowSchema, ValidRow, get_path, guess_schema, set_path
+from ulorl.reward.cli_args import add_reward_arguments, reward_config_from_args
+from ulorl.rollout.engines.base import EngineName
 
 EXAMPLES_PER_REASON = 3
 EXAMPLE_CHARS = 200
@@ -62,16 +63,16 @@ def _example(row_id: int, ctx: CleanContext, before: dict, d) -> dict:
 
 
 def _model_context(ctx: CleanContext, stack: contextlib.ExitStack, model_paths: list[str] | None,
-                   device: str, dtype: str) -> None:
+                   device: str, dtype: str, engine: str) -> None:
     """Fill in samplers (one per model path), the reward scorer and the answer extractor when missing."""
     o = ctx.options
     if not ctx.samplers:
         if not model_paths:
             raise DataError(f"cleaning steps {[s.value for s in MODEL_STEPS]} need at least one model (--model PATH)")
-        from ulorl.data.sampler import ResponseSampler
+        from ulorl.cleaning.model_sampler import ResponseSampler
         from ulorl.rollout.engines.base import SamplingParams
 
-        ctx.samplers = [ResponseSampler.from_path(p, device=device, dtype=dtype,
+        ctx.samplers = [ResponseSampler.from_path(p, device=device, dtype=dtype, engine=engine,
                                                   params=SamplingParams(temperature=o.temperature),
                                                   max_new_tokens=o.max_new_tokens, batch_size=o.batch_size,
                                                   seed=o.seed) for p in model_paths]
@@ -100,12 +101,14 @@ def clean_rows(
     device: str = "cpu",
     dtype: str = "float32",
     reward=None,
+    engine: str = EngineName.HF.value,
 ) -> tuple[list[dict], CleanReport]:
     """Apply `steps` in order to (validated) rows; return the kept rows and the report.
 
     `schema` says where prompt/answer/data source live (default: guessed from the first
     row, verl's or flat `prompt`/`answer`). Model-based steps use `samplers` (callables
-    `(messages_list, k) -> list[list[str]]`) or load one `ResponseSampler` per model path;
+    `(messages_list, k) -> list[list[str]]`) or load one `ResponseSampler` per model path
+    behind the registry engine `engine`;
     `score_fn` defaults to the reward package's `RewardManager`. `options.k` overrides `k`.
     """
     step_list = parse_steps(steps)
@@ -121,7 +124,7 @@ def clean_rows(
                 from ulorl.reward import RewardManager
 
                 ctx.score_fn = stack.enter_context(RewardManager(reward)).score
-            _model_context(ctx, stack, model_paths, device, dtype)
+            _model_context(ctx, stack, model_paths, device, dtype, engine)
         for step in step_list:
             sr = StepReport(name=step.value, n_in=len(current))
             decisions = STEPS[step]([r for _, r in current], ctx)
@@ -170,6 +173,8 @@ def add_clean_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     parser.add_argument("--data-source-key", default="data_source")
     parser.add_argument("--on-bad-row", default="error", choices=[b.value for b in BadRowPolicy],
                         help="skipped rows are counted in the report")
+    parser.add_argument("--engine", default=EngineName.HF.value, choices=[e.value for e in EngineName],
+                        help="engine the model steps sample through (default hf: any transformers LM)")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--device", default="cpu")
     add_reward_arguments(parser)  # --config / --reward: how model samples are scored, as in training
@@ -223,7 +228,7 @@ def run_clean(args: argparse.Namespace) -> int:
     rows = [_decoded_prompt(raw.rows[v.index], v, raw.schema) for v in valid]
     cleaned, report = clean_rows(rows, steps, model_paths=args.model, schema=raw.schema, options=options,
                                  row_ids=[v.index for v in valid], device=args.device, dtype=args.dtype,
-                                 reward=reward)
+                                 reward=reward, engine=args.engine)
     report.validation = asdict(load_report)
     write_rows(cleaned, args.output, out_storage)
     report_path = Path(str(args.output) + ".report.json")
