@@ -12,6 +12,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
+from ulorl.config_loader import ConfigError, check_choice
+
 
 class BackendName(str, Enum):
     LOCAL = "local"  # one process: engine and learner share the model
@@ -38,12 +40,8 @@ class DistributedConfig:
     gpus_per_learner: float = 0.0
 
     def __post_init__(self) -> None:
-        from ulorl.config_loader import ConfigError
-
-        for key, value, allowed in (("backend", self.backend, BackendName), ("sharding", self.sharding, ShardingName)):
-            names = [a.value for a in allowed]
-            if value not in names:
-                raise ConfigError(f"distributed.{key}={value!r} is not allowed; choose one of: {', '.join(names)}")
+        check_choice("distributed.backend", self.backend, BackendName)
+        check_choice("distributed.sharding", self.sharding, ShardingName)
         for key in ("num_engines", "learner_procs"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"distributed.{key}={getattr(self, key)} must be >= 1")
