@@ -14,6 +14,11 @@ higher layer. No config module imports the trainer, session, learner, checkpoint
 engine implementations, the distributed runtime, reward workers, evaluation or data loaders:
 those build components from a config, never the reverse. Every "choose one of" check goes
 through `config_loader.check_choice`, and every error is a `ConfigError`.
+
+Each str Enum of choices sits beside its registry (`EntropyMaskMode` + `ENTROPY_MASKS` in
+`algo/entropy_mask.py`, `EngineName` + `ENGINES` in `rollout/engines/registry.py`, ...), except
+where the registry's module itself builds from a config (`distributed.backend`, `data.format`):
+then the enum sits in the config module, below both.
 """
 
 from __future__ import annotations
