@@ -38,9 +38,18 @@ def test_dotted_overrides_are_typed():
     ("algo.tau=0", "algo.tau=0.0 must be in (0, 1)"),
     ("algo.is_mode=foo", "choose one of: tois, pois, sais, pois_tis, mask_stale"),
     ("algo.entropy_mask=all", "choose one of: none, mpt, dmmpt"),
-    ("reward.overlong=cut", "reward.overlong"),
+    ("reward.overlong=cut", "reward.overlong='cut' is not allowed; choose one of: zero, filter, soft_penalty"),
+    ("reward.judge=maybe", "reward.judge='maybe' is not allowed; choose one of: none, rule_then_judge, judge_only"),
+    ("reward.fns=[{fn: rule, wieght: 2}]",
+     "unknown config key reward.fns[0].wieght (did you mean reward.fns[0].weight?)"),
+    ("reward.fns=[{fn: rule, style: torch}]", "reward.fns[0].style='torch' is not allowed; choose one of: auto, verl"),
+    ("reward.fn=math", "reward.fn='math' is not allowed; choose one of: rule, exact, 'module:function' or"),
+    ("rollout.engine=sglang", "rollout.engine='sglang' is not allowed; choose one of: torch, hf, vllm"),
+    ("distributed.backend=mpi", "distributed.backend='mpi' is not allowed; choose one of: local, ray"),
+    ("sft.task=builtin:nope", "sft.task='builtin:nope' is not allowed; choose one of: builtin:chain, builtin:od"),
+    ("eval.top_p=0", "eval.top_p must be in (0, 1]"),
     ("logging.loggers=[console,mlflow]", "logging.loggers='mlflow' is not allowed"),
-    ("data.on_bad_row=ignore", "data.on_bad_row"),
+    ("data.on_bad_row=ignore", "data.on_bad_row='ignore' is not allowed; choose one of: error, skip"),
     ("nonsense", "must look like key.subkey=value"),
 ])
 def test_bad_values_name_the_key(override, message):
@@ -142,3 +151,26 @@ def test_duplicate_yaml_keys_are_refused(tmp_path):
     dup.write_text("train:\n  steps: 3\n  lr: 1.0e-6\n  steps: 30\n")
     with pytest.raises(ConfigError, match=r"dup.yaml: duplicate key 'steps' at line 4 \(first at line 2\)"):
         load_run_config(dup)
+
+
+def test_every_section_raises_config_error_when_built_directly():
+    """One error type (a UlorlError, so the CLI prints one line) whether a section comes from YAML or from code."""
+    from ulorl.config import AlgoConfig, RolloutConfig
+    from ulorl.config_loader import check_choice
+    from ulorl.data.config import DataConfig
+    from ulorl.errors import UlorlError
+    from ulorl.evaluation.config import EvalConfig
+    from ulorl.reward.config import RewardConfig, RewardFnConfig
+
+    assert issubclass(ConfigError, UlorlError) and issubclass(ConfigError, ValueError)
+    for make in (lambda: AlgoConfig(loss_agg="sum"), lambda: RolloutConfig(top_k=0), lambda: DataConfig(format="csv"),
+                 lambda: EvalConfig(k=0), lambda: RewardConfig(timeout_s=0), lambda: RewardFnConfig(style="x"),
+                 lambda: RewardConfig(fns=[{"fn": "rule", "extra": 1}])):
+        with pytest.raises(ConfigError):
+            make()
+    with pytest.raises(ConfigError, match=r"^algo.loss_agg='sum' is not allowed; choose one of: token-mean, "):
+        AlgoConfig(loss_agg="sum")
+    with pytest.raises(ConfigError, match=r"^unknown config key reward\.fns\[0\]\.extra; valid keys"):
+        RewardConfig(fns=[{"fn": "rule", "extra": 1}])
+    with pytest.raises(ConfigError, match=r"^k='z' is not allowed; choose one of: a, b, or a number$"):
+        check_choice("k", "z", ["a", "b"], also="or a number")

@@ -2,34 +2,46 @@
 
 Load with `load_run_config(path, overrides)`; every field is validated at start so a
 bad value fails before any work is done, naming the key and the allowed values.
-Components owned by sub-packages (data, reward, evaluation) define their own
-dataclasses there and are composed here.
+Components owned by sub-packages (data, reward, evaluation, distributed) define their own
+dataclasses there, in their `config.py`, and are composed here.
+
+Layer rule (checked by tests/test_layers.py): the config modules (this one, `config_loader`,
+`config_hints` and every sub-package's `config.py`) are leaves. They import only
+`ulorl.errors`, each other, and modules that are themselves leaves: the registries whose
+str Enums name the valid choices (`algo` functions, `rollout.engines.registry`, `reward.registry`,
+`reward.overlong`, `reward.judge`, `reward.extract`, `tasks`, ...), each holding no import of a
+higher layer. No config module imports the trainer, session, learner, checkpointing, CLI,
+engine implementations, the distributed runtime, reward workers, evaluation or data loaders:
+those build components from a config, never the reverse. Every "choose one of" check goes
+through `config_loader.check_choice`, and every error is a `ConfigError`.
+
+Each str Enum of choices sits beside its registry (`EntropyMaskMode` + `ENTROPY_MASKS` in
+`algo/entropy_mask.py`, `EngineName` + `ENGINES` in `rollout/engines/registry.py`, ...), except
+where the registry's module itself builds from a config (`distributed.backend`, `data.format`):
+then the enum sits in the config module, below both.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
-from enum import Enum
 from pathlib import Path
 
-from ulorl.config_loader import ConfigError, build, dump_yaml, load_config, to_dict
+from ulorl.algo.entropy_mask import EntropyMaskMode
+from ulorl.algo.importance import ISMode
+from ulorl.algo.loss import AggMode
+from ulorl.config_loader import ConfigError, build, check_choice, dump_yaml, load_config, to_dict
 from ulorl.data.config import DataConfig
 from ulorl.distributed.config import DistributedConfig
 from ulorl.evaluation.config import EvalConfig
 from ulorl.reward.config import RewardConfig
-from ulorl.rollout.engines.base import EngineName, check_sampling
-from ulorl.tasks import TASKS
+from ulorl.rollout.engines.base import check_sampling
+from ulorl.rollout.engines.registry import EngineName
+from ulorl.tasks import BuiltinTask
 
 __all__ = ["AlgoConfig", "CheckpointConfig", "ConfigError", "DistributedConfig", "LoggingConfig", "ModelConfig",
            "RolloutConfig", "RunConfig", "SFTConfig", "TrainConfig", "VLLMConfig", "load_run_config", "dump_yaml",
            "to_dict", "build", "check_runnable", "worst_case_groups"]
-
-
-def _choice(key: str, value: str, allowed) -> None:
-    names = [a.value if isinstance(a, Enum) else a for a in allowed]
-    if value not in names:
-        raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {', '.join(names)}")
 
 
 def _positive(key: str, value: float, allow_zero: bool = False) -> None:
@@ -50,8 +62,8 @@ class ModelConfig:
     rope_original_max_len: int | None = None  # YaRN original context (paper: ~93k)
 
     def __post_init__(self) -> None:
-        _choice("model.dtype", self.dtype, ["float32", "bfloat16", "float16"])
-        _choice("model.warm_start", self.warm_start, ["sft", "none"])
+        check_choice("model.dtype", self.dtype, ["float32", "bfloat16", "float16"])
+        check_choice("model.warm_start", self.warm_start, ["sft", "none"])
         if self.rope_scaling_factor is not None and self.rope_scaling_factor <= 1.0:
             raise ConfigError(f"model.rope_scaling_factor={self.rope_scaling_factor} must be > 1 (or null)")
 
@@ -77,12 +89,12 @@ class VLLMConfig:
         for k in ("max_model_len", "max_num_seqs"):
             if getattr(self, k) is not None:
                 _positive(f"rollout.vllm.{k}", getattr(self, k))
-        _choice("rollout.vllm.dtype", self.dtype, ["auto", "bfloat16", "float16", "float32"])
+        check_choice("rollout.vllm.dtype", self.dtype, ["auto", "bfloat16", "float16", "float32"])
 
 
 @dataclass
 class RolloutConfig:
-    engine: str = "torch"  # torch (default: CPU and CUDA) | hf (any transformers LM, slower at long L) | vllm (GPU)
+    engine: str = "torch"  # EngineName: torch (default: CPU and CUDA) | hf (any transformers LM, slower) | vllm (GPU)
     max_response_len: int = 160  # global cap L on response tokens
     num_segments: int = 4  # M; each rollout round decodes at most L / M tokens
     group_size: int = 8  # G samples per prompt
@@ -95,7 +107,7 @@ class RolloutConfig:
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # rollout.engine=vllm only
 
     def __post_init__(self) -> None:
-        _choice("rollout.engine", self.engine, [e.value for e in EngineName])
+        check_choice("rollout.engine", self.engine, EngineName)
         if not (math.isfinite(self.kv_cache_gib) and self.kv_cache_gib > 0):
             raise ConfigError(f"rollout.kv_cache_gib={self.kv_cache_gib} must be a positive number of GiB")
         for k in ("max_response_len", "num_segments", "group_size", "decode_batch", "max_batch"):
@@ -108,26 +120,17 @@ class RolloutConfig:
             )
         if self.decode_batch < self.group_size:
             raise ConfigError(f"rollout.decode_batch={self.decode_batch} must be >= rollout.group_size={self.group_size}")
-        try:
-            check_sampling(self.temperature, self.top_p, self.top_k, "rollout.")
-        except ValueError as e:
-            raise ConfigError(str(e)) from None
+        check_sampling(self.temperature, self.top_p, self.top_k, "rollout.")
 
     @property
     def segment_len(self) -> int:
         return self.max_response_len // self.num_segments
 
 
-class EntropyMaskMode(str, Enum):
-    NONE = "none"  # train on all tokens (the paper's baseline)
-    MPT = "mpt"  # mask all well-mastered positive tokens (the paper's Figure 4 ablation)
-    DMMPT = "dmmpt"  # mask MPTs only while a response's mean entropy < sigma (UloRL)
-
-
 @dataclass
 class AlgoConfig:
     is_mode: str = "pois"  # tois | sais | pois | pois_tis | mask_stale
-    entropy_mask: str = "dmmpt"  # none | mpt | dmmpt
+    entropy_mask: str = "dmmpt"  # none | mpt | dmmpt (EntropyMaskMode)
     tau: float = 0.99  # MPT probability threshold, in (0, 1)
     sigma: float = 0.2  # target entropy for DMMPTs, > 0
     eps_low: float = 0.2
@@ -139,11 +142,9 @@ class AlgoConfig:
     max_stale: int = 1  # mask_stale: tokens older than this many versions give no gradient
 
     def __post_init__(self) -> None:
-        from ulorl.algo import AggMode, ISMode
-
-        _choice("algo.is_mode", self.is_mode, list(ISMode))
-        _choice("algo.entropy_mask", self.entropy_mask, list(EntropyMaskMode))
-        _choice("algo.loss_agg", self.loss_agg, list(AggMode))
+        check_choice("algo.is_mode", self.is_mode, ISMode)
+        check_choice("algo.entropy_mask", self.entropy_mask, EntropyMaskMode)
+        check_choice("algo.loss_agg", self.loss_agg, AggMode)
         if not 0 < self.tau < 1:
             raise ConfigError(f"algo.tau={self.tau} must be in (0, 1)")
         _positive("algo.sigma", self.sigma)
@@ -180,7 +181,7 @@ class TrainConfig:
         for k in ("steps", "train_groups", "lr", "micro_batch_tokens", "logit_chunk", "max_rounds_per_step",
                   "max_bad_steps"):
             _positive(f"train.{k}", getattr(self, k))
-        _choice("train.autocast", self.autocast, ["none", "bfloat16", "float16"])
+        check_choice("train.autocast", self.autocast, ["none", "bfloat16", "float16"])
         _positive("train.grad_clip", self.grad_clip, allow_zero=True)
         _positive("train.eval_every", self.eval_every, allow_zero=True)
         if self.max_stall_rounds is not None:
@@ -208,7 +209,7 @@ class SFTConfig:
         for k in ("steps", "batch_size", "batch_tokens", "lr", "num_examples", "max_size"):
             _positive(f"sft.{k}", getattr(self, k))
         _positive("sft.warmup_steps", self.warmup_steps, allow_zero=True)
-        _choice("sft.task", self.task, list(TASKS))
+        check_choice("sft.task", self.task, BuiltinTask)
         for k in ("alpha", "max_response_tokens"):
             if getattr(self, k) is not None:
                 _positive(f"sft.{k}", getattr(self, k))
@@ -227,7 +228,7 @@ class LoggingConfig:
         from ulorl.logging import LoggerName
 
         for name in self.loggers:
-            _choice("logging.loggers", name, list(LoggerName))
+            check_choice("logging.loggers", name, LoggerName)
         if self.sample_text_chars is not None:
             _positive("logging.sample_text_chars", self.sample_text_chars, allow_zero=True)
 

@@ -12,6 +12,8 @@ import dataclasses
 import math
 import types
 import typing
+from collections.abc import Iterable
+from enum import Enum
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +24,20 @@ from ulorl.errors import UlorlError
 
 class ConfigError(UlorlError, ValueError):
     """A config problem, reported with the dotted key it concerns."""
+
+
+def check_choice(key: str, value: Any, allowed: Iterable[str | Enum], also: str = "") -> None:
+    """Raise `ConfigError` unless `value` is one of `allowed` (an Enum class or names), naming the key and choices.
+
+    `also` names further accepted forms that are not a fixed list (e.g. "'module:function'").
+    The one "choose one of" check of every config section: the message reads
+    `KEY='VALUE' is not allowed; choose one of: a, b, c`."""
+    names = [a.value if isinstance(a, Enum) else a for a in allowed]
+    if isinstance(value, Enum):
+        value = value.value
+    if value not in names:
+        choices = ", ".join(names) + (f", {also}" if also else "")
+        raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {choices}")
 
 
 def _type_name(tp: Any) -> str:
@@ -120,10 +136,10 @@ def build(cls: type, data: dict, prefix: str = "") -> Any:
     kwargs = {name: _coerce(v, hints[name], prefix + name) for name, v in data.items()}
     try:
         return cls(**kwargs)
-    except ConfigError:
-        raise
-    except (ValueError, TypeError) as e:
+    except (ValueError, TypeError) as e:  # ConfigError included: a message naming a key of the section gets its prefix
         msg = str(e)
+        if isinstance(e, ConfigError) and (msg.startswith(prefix) or not prefix):
+            raise
         raise ConfigError(msg if msg.startswith(prefix) or not prefix else f"{prefix}{msg}") from e
 
 

@@ -19,32 +19,15 @@ shard exactly as one process would.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
 
-from ulorl.algo import (dmmpt_mask, group_advantages, mpt_mask, pois_bias_by_age, policy_loss,
-                        stale_token_policy)
-from ulorl.config import AlgoConfig, EntropyMaskMode, TrainConfig
+from ulorl.algo import group_advantages, pois_bias_by_age, policy_loss, stale_token_policy
+from ulorl.algo.entropy_mask import ENTROPY_MASKS, EntropyMaskMode
 from ulorl.algo.logprobs import chunked_logprobs_entropy
+from ulorl.config import AlgoConfig, TrainConfig
 from ulorl.trajectory import Trajectory
-
-
-def _no_mask(logprobs, entropy, rewards, response_mask, tau, sigma):
-    return torch.zeros_like(response_mask, dtype=torch.bool)
-
-
-def _mpt(logprobs, entropy, rewards, response_mask, tau, sigma):
-    return mpt_mask(logprobs, rewards, response_mask, tau)
-
-
-# entropy-control registry: (B,T) logprobs, entropy; (B,) rewards; (B,T) mask -> (B,T) bool, True = masked
-ENTROPY_MASKS: dict[EntropyMaskMode, Callable[..., torch.Tensor]] = {
-    EntropyMaskMode.NONE: _no_mask,
-    EntropyMaskMode.MPT: _mpt,
-    EntropyMaskMode.DMMPT: dmmpt_mask,
-}
 
 
 @dataclass

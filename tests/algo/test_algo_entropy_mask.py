@@ -7,6 +7,7 @@ import math
 import torch
 
 from ulorl.algo import dmmpt_mask, mpt_mask, response_mean_entropy
+from ulorl.algo.entropy_mask import ENTROPY_MASKS, EntropyMaskMode
 
 TAU, SIGMA = 0.99, 0.2
 HI = math.log(0.995)  # p = 0.995 >= tau
@@ -101,3 +102,13 @@ def test_loop_equals_vectorised_on_random_inputs() -> None:
         mask = torch.arange(t)[None, :] < lengths[:, None]
         assert torch.equal(mpt_mask(lp, rew, mask, TAU), _loop_mpt(lp, rew, mask, TAU))
         assert torch.equal(dmmpt_mask(lp, ent, rew, mask, TAU, SIGMA), _loop_dmmpt(lp, ent, rew, mask, TAU, SIGMA))
+
+
+def test_registry_covers_every_mode_and_matches_the_functions():
+    logprobs, rewards, mask = _batch()
+    entropy = torch.full_like(logprobs, 0.1)  # every response's mean entropy 0.1 < sigma: DMMPT masks its MPTs
+    assert set(ENTROPY_MASKS) == set(EntropyMaskMode)
+    got = {m: ENTROPY_MASKS[m](logprobs, entropy, rewards, mask, TAU, SIGMA) for m in EntropyMaskMode}
+    assert not got[EntropyMaskMode.NONE].any() and got[EntropyMaskMode.NONE].shape == mask.shape
+    assert torch.equal(got[EntropyMaskMode.MPT], mpt_mask(logprobs, rewards, mask, TAU))
+    assert torch.equal(got[EntropyMaskMode.DMMPT], dmmpt_mask(logprobs, entropy, rewards, mask, TAU, SIGMA))

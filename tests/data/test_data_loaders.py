@@ -131,8 +131,8 @@ def test_unknown_builtin_and_missing_eval(tok):
 
 
 @pytest.mark.parametrize("kwargs, match", [
-    ({"format": "csv"}, r"data.format='csv' is not one of \['auto', 'verl', 'jsonl', 'trl', 'disk'\]"),
-    ({"on_bad_row": "ignore"}, r"data.on_bad_row='ignore' is not one of \['error', 'skip'\]"),
+    ({"format": "csv"}, "data.format='csv' is not allowed; choose one of: auto, verl, jsonl, trl, disk"),
+    ({"on_bad_row": "ignore"}, "data.on_bad_row='ignore' is not allowed; choose one of: error, skip"),
     ({"max_prompt_len": 0}, "data.max_prompt_len must be >= 1"),
     ({"answer_key": ""}, "data.answer_key"),
 ])

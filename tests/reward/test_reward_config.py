@@ -3,6 +3,7 @@
 import pytest
 import torch
 
+from ulorl.config_loader import ConfigError, build
 from ulorl.reward import RewardConfig, apply_overlong_policy
 from ulorl.reward.registry import BuiltinReward, parse_reward_fn, score_from_result
 
@@ -67,9 +68,9 @@ def test_config_validation_names_the_field(kwargs, match):
 
 def test_config_round_trip_and_unknown_keys():
     cfg = RewardConfig(fn="exact", extractors={"synthetic": "builtin"}, overlong="soft_penalty", overlong_buffer=16)
-    assert RewardConfig.from_dict(cfg.to_dict()) == cfg
-    with pytest.raises(ValueError, match="unknown reward config keys"):
-        RewardConfig.from_dict({"fn": "rule", "api_key": "x"})
+    assert build(RewardConfig, cfg.to_dict(), "reward.") == cfg
+    with pytest.raises(ConfigError, match=r"unknown config key reward\.api_key.*valid keys under 'reward'"):
+        build(RewardConfig, {"fn": "rule", "api_key": "x"}, "reward.")
     assert RewardConfig().judge_trust_remote_code is False
 
 

@@ -19,11 +19,23 @@ which is exactly the paper's ``H_i`` for the policy being updated.
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from enum import Enum
+
+import torch
 from torch import Tensor
 
 from ulorl.algo._common import check_same_shape
 
 _REWARD_ONE_TOL = 1e-6
+
+
+class EntropyMaskMode(str, Enum):
+    """`algo.entropy_mask`: which tokens give no gradient (keys of `ENTROPY_MASKS`)."""
+
+    NONE = "none"  # train on all tokens (the paper's baseline)
+    MPT = "mpt"  # mask all well-mastered positive tokens (the paper's Figure 4 ablation)
+    DMMPT = "dmmpt"  # mask MPTs only while a response's mean entropy < sigma (UloRL)
 
 
 def response_mean_entropy(entropy: Tensor, response_mask: Tensor) -> Tensor:
@@ -89,3 +101,19 @@ def dmmpt_mask(
     low_entropy = (response_mean_entropy(entropy, response_mask) < sigma).unsqueeze(-1)  # (B, 1)
     return mpt_mask(logprobs, rewards, response_mask, tau) & low_entropy
 
+
+
+def _no_mask(logprobs, entropy, rewards, response_mask, tau, sigma):
+    return torch.zeros_like(response_mask, dtype=torch.bool)
+
+
+def _mpt(logprobs, entropy, rewards, response_mask, tau, sigma):
+    return mpt_mask(logprobs, rewards, response_mask, tau)
+
+
+# entropy-control registry: (B,T) logprobs, entropy; (B,) rewards; (B,T) mask -> (B,T) bool, True = masked
+ENTROPY_MASKS: dict[EntropyMaskMode, Callable[..., Tensor]] = {
+    EntropyMaskMode.NONE: _no_mask,
+    EntropyMaskMode.MPT: _mpt,
+    EntropyMaskMode.DMMPT: dmmpt_mask,
+}

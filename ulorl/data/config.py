@@ -1,10 +1,14 @@
-"""`DataConfig`: where the prompts come from and how rows are read and checked."""
+"""`DataConfig`: where the prompts come from and how rows are read and checked.
+
+A leaf of the config layer (see `ulorl/config.py`): it imports no loader; errors are `ConfigError`."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
+
+from ulorl.config_loader import ConfigError, check_choice
 
 
 class DataFormat(str, Enum):
@@ -25,12 +29,6 @@ class BadRowPolicy(str, Enum):
 BUILTIN_CHAIN = "builtin:chain"
 # arguments of apply_chat_template that the loader sets (data.chat_template_kwargs cannot override them)
 _TEMPLATE_ARGS = {"conversation", "add_generation_prompt", "tokenize", "continue_final_message", "return_dict"}
-
-
-def _choice(name: str, value: str, enum: type[Enum]) -> None:
-    valid = [e.value for e in enum]
-    if value not in valid:
-        raise ValueError(f"data.{name}={value!r} is not one of {valid}")
 
 
 @dataclass
@@ -58,30 +56,29 @@ class DataConfig:
             self.format = self.format.value
         if isinstance(self.on_bad_row, BadRowPolicy):
             self.on_bad_row = self.on_bad_row.value
-        _choice("format", self.format, DataFormat)
-        _choice("on_bad_row", self.on_bad_row, BadRowPolicy)
+        check_choice("data.format", self.format, DataFormat)
+        check_choice("data.on_bad_row", self.on_bad_row, BadRowPolicy)
         if isinstance(self.train, (list, tuple)):
             self.train = list(self.train)
         if isinstance(self.eval, (list, tuple)):
             self.eval = list(self.eval)
         if not self.train or (isinstance(self.train, list) and not all(self.train)):
-            raise ValueError("data.train must name a source (builtin:chain or a file/folder path) or a list of them")
+            raise ConfigError("data.train must name a source (builtin:chain or a file/folder path) or a list of them")
         if self.eval == "" or self.eval == [] or (isinstance(self.eval, list) and not all(self.eval)):
-            raise ValueError("data.eval must name a source, a list of sources, or be null")
+            raise ConfigError("data.eval must name a source, a list of sources, or be null")
         reserved = sorted(set(self.chat_template_kwargs) & _TEMPLATE_ARGS)
         if reserved:
-            raise ValueError(f"data.chat_template_kwargs may not set {reserved}: ulorl sets them itself")
+            raise ConfigError(f"data.chat_template_kwargs may not set {reserved}: ulorl sets them itself")
         for name in ("prompt_key", "answer_key", "data_source_key"):
             if not getattr(self, name):
-                raise ValueError(f"data.{name} must be a non-empty column name (dotted paths allowed)")
+                raise ConfigError(f"data.{name} must be a non-empty column name (dotted paths allowed)")
         for name in ("max_prompt_len", "train_size", "eval_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"data.{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"data.{name} must be >= 1, got {getattr(self, name)}")
 
     def sources(self, split: str) -> list[str]:
         """The sources of `split` ('train' or 'eval') as a list (empty when data.eval is null)."""
-        if split not in ("train", "eval"):
-            raise ValueError(f"split={split!r} is not one of ['train', 'eval']")
+        check_choice("split", split, ["train", "eval"])
         value = self.train if split == "train" else self.eval
         if value is None:
             return []

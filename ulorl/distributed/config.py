@@ -5,12 +5,19 @@ model. `backend=ray` places `num_engines` rollout-engine actors and `learner_pro
 learner actors (a `torch.distributed` group when > 1) on a Ray cluster; the driver
 keeps the pools and the trainer loop. Checked in `__post_init__`, so a bad value
 fails before any work, naming the key.
+
+A leaf of the config layer (see `ulorl/config.py`). `BackendName` keys the `PLACEMENTS`
+registry of `placement.py` and `ShardingName` is resolved in `sharded_learner.py`; the enums
+sit here, below those modules, because they build from this config (beside them, the config
+would import the distributed runtime).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from enum import Enum
+
+from ulorl.config_loader import ConfigError, check_choice
 
 
 class BackendName(str, Enum):
@@ -38,12 +45,8 @@ class DistributedConfig:
     gpus_per_learner: float = 0.0
 
     def __post_init__(self) -> None:
-        from ulorl.config_loader import ConfigError
-
-        for key, value, allowed in (("backend", self.backend, BackendName), ("sharding", self.sharding, ShardingName)):
-            names = [a.value for a in allowed]
-            if value not in names:
-                raise ConfigError(f"distributed.{key}={value!r} is not allowed; choose one of: {', '.join(names)}")
+        check_choice("distributed.backend", self.backend, BackendName)
+        check_choice("distributed.sharding", self.sharding, ShardingName)
         for key in ("num_engines", "learner_procs"):
             if getattr(self, key) < 1:
                 raise ConfigError(f"distributed.{key}={getattr(self, key)} must be >= 1")

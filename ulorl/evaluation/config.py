@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ulorl.config_loader import ConfigError
 from ulorl.rollout.engines.base import check_sampling
 
 
@@ -24,12 +25,12 @@ class EvalConfig:
     def __post_init__(self) -> None:
         for name in ("k", "max_new_tokens", "batch_size"):
             if getattr(self, name) < 1:
-                raise ValueError(f"eval.{name} must be >= 1, got {getattr(self, name)}")
+                raise ConfigError(f"eval.{name} must be >= 1, got {getattr(self, name)}")
         check_sampling(self.temperature, self.top_p, self.top_k, "eval.")
         if self.num_problems is not None and self.num_problems < 1:
-            raise ValueError(f"eval.num_problems must be >= 1 or null, got {self.num_problems}")
+            raise ConfigError(f"eval.num_problems must be >= 1 or null, got {self.num_problems}")
         if not self.pass_k or any(int(x) < 1 for x in self.pass_k):
-            raise ValueError(f"eval.pass_k must be a non-empty list of integers >= 1, got {self.pass_k}")
+            raise ConfigError(f"eval.pass_k must be a non-empty list of integers >= 1, got {self.pass_k}")
 
     def reported_pass_k(self) -> list[int]:
         """The pass@k' values reported: those in `pass_k` that are <= k, plus k itself."""

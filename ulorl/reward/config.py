@@ -5,6 +5,11 @@ holds only the *name* of the environment variable (``api_key_env``) that
 contains it, so ``repr(cfg)``, ``cfg.to_dict()``, saved YAML and logs can never
 leak it. ``api_key_env`` must look like an environment variable name, which
 also catches a key pasted into it by mistake.
+
+A leaf of the config layer (see ``ulorl/config.py``): it imports only the reward
+registries that name the valid choices (``registry``, ``extract``, ``judge``,
+``overlong``), never the reward workers. Every error is a ``ConfigError``; build
+from a mapping with ``ulorl.config_loader.build(RewardConfig, d, "reward.")``.
 """
 
 from __future__ import annotations
@@ -15,18 +20,16 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ulorl.config_loader import ConfigError, build, check_choice
 from ulorl.reward.extract import EXTRACTORS
 from ulorl.reward.judge import DEFAULT_JUDGE_PROMPT, JudgeMode, check_prompt_template
 from ulorl.reward.overlong import OverlongPolicy
-from ulorl.reward.registry import BuiltinReward, RewardStyle, parse_reward_fn
+from ulorl.reward.registry import (BuiltinReward, RewardStyle, check_signature, detect_style, load_function,
+                                  parse_reward_fn)
 
 __all__ = ["RewardConfig", "RewardFnConfig"]
 
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-
-
-def _choices(enum) -> list[str]:
-    return [e.value for e in enum]
 
 
 def default_name(fn: Any) -> str:
@@ -37,24 +40,25 @@ def default_name(fn: Any) -> str:
 
 
 def check_fn(fn: Any, style: str, key: str) -> None:
-    """Load a user function and check its signature now (``ulorl config`` and start-up), naming ``key``."""
-    from ulorl.reward.terms import resolve_callable  # imports no worker machinery until used
+    """Load a user function and check its signature now (``ulorl config`` and start-up), naming ``key``.
 
+    The same load, style detection and signature check as ``reward.terms.resolve_callable`` (which builds the
+    term later), done here with the registry's functions so the config imports no worker machinery."""
     if callable(fn):
-        resolve_callable(fn, style, default_name(fn))
+        check_signature(fn, detect_style(fn, style, default_name(fn)), default_name(fn))
         return
     if not isinstance(fn, str) or not fn:
-        raise ValueError(f"{key} must be a built-in name, 'module:function' or 'path/to/file.py:function', got {fn!r}")
+        raise ConfigError(f"{key} must be a built-in name, 'module:function' or 'path/to/file.py:function', "
+                          f"got {fn!r}")
     if ":" not in fn:
-        if fn not in _choices(BuiltinReward):
-            raise ValueError(f"{key}={fn!r} is not valid; allowed: {_choices(BuiltinReward)}, 'module:function' "
-                             "or 'path/to/file.py:function'")
+        check_choice(key, fn, BuiltinReward, also="'module:function' or 'path/to/file.py:function'")
         return
     try:
         parse_reward_fn(fn)  # imports it: a typo fails here, not in a worker
-        resolve_callable(fn, style, fn)
+        obj = load_function(fn)
+        check_signature(obj, detect_style(obj, style, fn), fn)
     except ValueError as e:
-        raise ValueError(f"{key}: {e}") from None
+        raise ConfigError(f"{key}: {e}") from None
 
 
 @dataclass
@@ -75,12 +79,11 @@ class RewardFnConfig:
     """Declared highest reward (same check)."""
 
     def __post_init__(self) -> None:
-        if self.style not in _choices(RewardStyle):
-            raise ValueError(f"style={self.style!r} is not valid; allowed: {_choices(RewardStyle)}")
+        check_choice("style", self.style, RewardStyle)
         if not math.isfinite(self.weight):
-            raise ValueError(f"weight must be finite, got {self.weight}")
+            raise ConfigError(f"weight must be finite, got {self.weight}")
         if self.min is not None and self.max is not None and self.min > self.max:
-            raise ValueError(f"min={self.min} > max={self.max}")
+            raise ConfigError(f"min={self.min} > max={self.max}")
         if self.name is None:
             self.name = default_name(self.fn)
         check_fn(self.fn, self.style, "fn")
@@ -128,57 +131,55 @@ class RewardConfig:
     """Soft-penalty buffer length in tokens (``soft_penalty`` needs > 0)."""
 
     def __post_init__(self) -> None:
-        self.fns = [RewardFnConfig(**f) if isinstance(f, dict) else f for f in self.fns]
+        self.fns = [build(RewardFnConfig, f, f"reward.fns[{i}].") if isinstance(f, dict) else f
+                    for i, f in enumerate(self.fns)]
         if self.fns:
             if self.fn != BuiltinReward.RULE.value:
-                raise ValueError(f"set either reward.fn ({self.fn!r}) or reward.fns, not both")
+                raise ConfigError(f"reward.fn={self.fn!r} and reward.fns are both set: set either reward.fn or "
+                                  "reward.fns, not both")
             names = [f.name for f in self.fns]
             dup = sorted({n for n in names if names.count(n) > 1})
             if dup:
-                raise ValueError(f"reward.fns: names {dup} appear twice; give each entry its own 'name'")
+                raise ConfigError(f"reward.fns: names {dup} appear twice; give each entry its own 'name'")
         else:
             check_fn(self.fn, RewardStyle.AUTO.value, "reward.fn")
         if not 0.0 <= self.max_error_frac <= 1.0:
-            raise ValueError(f"reward.max_error_frac must be in [0, 1], got {self.max_error_frac}")
+            raise ConfigError(f"reward.max_error_frac must be in [0, 1], got {self.max_error_frac}")
         if not self.timeout_s > 0:
-            raise ValueError(f"reward.timeout_s must be > 0, got {self.timeout_s}")
+            raise ConfigError(f"reward.timeout_s must be > 0, got {self.timeout_s}")
         if not self.startup_timeout_s > 0:
-            raise ValueError(f"reward.startup_timeout_s must be > 0, got {self.startup_timeout_s}")
+            raise ConfigError(f"reward.startup_timeout_s must be > 0, got {self.startup_timeout_s}")
         if self.num_workers < 1:
-            raise ValueError(f"reward.num_workers must be >= 1, got {self.num_workers}")
+            raise ConfigError(f"reward.num_workers must be >= 1, got {self.num_workers}")
         if self.max_answer_chars < 1:
-            raise ValueError(f"reward.max_answer_chars must be >= 1, got {self.max_answer_chars}")
+            raise ConfigError(f"reward.max_answer_chars must be >= 1, got {self.max_answer_chars}")
         for source, name in self.extractors.items():
-            if name not in EXTRACTORS:
-                raise ValueError(
-                    f"reward.extractors[{source!r}]={name!r} is not valid; allowed: {sorted(EXTRACTORS)}"
-                )
-        if self.judge not in _choices(JudgeMode):
-            raise ValueError(f"reward.judge={self.judge!r} is not valid; allowed: {_choices(JudgeMode)}")
+            check_choice(f"reward.extractors[{source!r}]", name, sorted(EXTRACTORS))
+        check_choice("reward.judge", self.judge, JudgeMode)
         if self.judge != JudgeMode.NONE.value:
             if (self.judge_model_path is None) == (self.judge_url is None):
-                raise ValueError(
+                raise ConfigError(
                     f"reward.judge={self.judge!r} needs exactly one of reward.judge_model_path "
                     "or reward.judge_url"
                 )
         if self.judge_url is not None and not self.judge_url.startswith(("http://", "https://")):
-            raise ValueError(f"reward.judge_url must start with http:// or https://, got {self.judge_url!r}")
+            raise ConfigError(f"reward.judge_url must start with http:// or https://, got {self.judge_url!r}")
         if self.api_key_env is not None and not _ENV_NAME_RE.match(self.api_key_env):
-            raise ValueError(
+            raise ConfigError(
                 "reward.api_key_env must be the NAME of an environment variable (letters, digits, _), "
                 "not the key itself"
             )
         if not self.judge_timeout_s > 0:
-            raise ValueError(f"reward.judge_timeout_s must be > 0, got {self.judge_timeout_s}")
-        check_prompt_template(self.judge_prompt)
-        if self.overlong not in _choices(OverlongPolicy):
-            raise ValueError(
-                f"reward.overlong={self.overlong!r} is not valid; allowed: {_choices(OverlongPolicy)}"
-            )
+            raise ConfigError(f"reward.judge_timeout_s must be > 0, got {self.judge_timeout_s}")
+        try:
+            check_prompt_template(self.judge_prompt)
+        except ValueError as e:
+            raise ConfigError(f"reward.judge_prompt: {e}") from None
+        check_choice("reward.overlong", self.overlong, OverlongPolicy)
         if self.overlong_buffer < 0:
-            raise ValueError(f"reward.overlong_buffer must be >= 0, got {self.overlong_buffer}")
+            raise ConfigError(f"reward.overlong_buffer must be >= 0, got {self.overlong_buffer}")
         if self.overlong == OverlongPolicy.SOFT_PENALTY.value and self.overlong_buffer <= 0:
-            raise ValueError("reward.overlong='soft_penalty' needs reward.overlong_buffer > 0")
+            raise ConfigError("reward.overlong='soft_penalty' needs reward.overlong_buffer > 0")
 
     def functions(self) -> list[RewardFnConfig]:
         """The reward functions to sum: ``fns``, or ``fn`` alone with weight 1."""
@@ -187,12 +188,3 @@ class RewardConfig:
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for saving (holds the env var name, never a secret)."""
         return dataclasses.asdict(self)
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> RewardConfig:
-        """Build from a dict, rejecting unknown keys with the list of valid ones."""
-        names = {f.name for f in dataclasses.fields(cls)}
-        unknown = set(d) - names
-        if unknown:
-            raise ValueError(f"unknown reward config keys {sorted(unknown)}; valid: {sorted(names)}")
-        return cls(**d)

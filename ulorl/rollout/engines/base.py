@@ -10,20 +10,21 @@ same), so SAIS ratios compare like with like.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from enum import Enum
 from typing import Protocol, runtime_checkable
 
 import torch
 
+from ulorl.config_loader import ConfigError
+
 
 def check_sampling(temperature: float, top_p: float, top_k: int, prefix: str = "") -> None:
-    """Validate sampling settings; `prefix` names their config section (e.g. "rollout.")."""
+    """Validate sampling settings, raising `ConfigError`; `prefix` names their config section (e.g. "rollout.")."""
     if temperature <= 0:
-        raise ValueError(f"{prefix}temperature must be > 0, got {temperature}")
+        raise ConfigError(f"{prefix}temperature must be > 0, got {temperature}")
     if not 0 < top_p <= 1:
-        raise ValueError(f"{prefix}top_p must be in (0, 1], got {top_p}")
+        raise ConfigError(f"{prefix}top_p must be in (0, 1], got {top_p}")
     if top_k == 0 or top_k < -1:
-        raise ValueError(f"{prefix}top_k must be -1 (off) or >= 1, got {top_k}")
+        raise ConfigError(f"{prefix}top_k must be -1 (off) or >= 1, got {top_k}")
 
 
 @dataclass(frozen=True)
@@ -76,12 +77,6 @@ class Engine(Protocol):
     def sync_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
         """Load the learner's current weights."""
         ...
-
-
-class EngineName(str, Enum):
-    TORCH = "torch"  # default: continuous batching over a slot KV cache, CPU and CUDA (torch_engine.py)
-    HF = "hf"  # transformers' generate-style loop: any causal LM, slower at long outputs (hf.py)
-    VLLM = "vllm"  # GPU (vllm.py)
 
 
 def check_prefixes(prefixes: list[list[int]], max_new_tokens: int) -> None:

@@ -1,19 +1,35 @@
-"""Engine registry: `rollout.engine` name -> constructor."""
+"""Engine registry: `rollout.engine` name (`EngineName`) -> constructor.
+
+The implementations are imported when an engine is built, so the config layer can
+validate `rollout.engine` against `EngineName` without importing any engine.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Callable
+from enum import Enum
 
-from ulorl.rollout.engines.base import Engine, EngineName
-from ulorl.rollout.engines.hf import HFEngine
-from ulorl.rollout.engines.torch_engine import TorchEngine
+from ulorl.config_loader import check_choice
+from ulorl.rollout.engines.base import Engine
+
+
+class EngineName(str, Enum):
+    """`rollout.engine`: the keys of `ENGINES`."""
+
+    TORCH = "torch"  # default: continuous batching over a slot KV cache, CPU and CUDA (torch_engine.py)
+    HF = "hf"  # transformers' generate-style loop: any causal LM, slower at long outputs (hf.py)
+    VLLM = "vllm"  # GPU (vllm.py)
 
 
 def _torch(model, tokenizer, eos_ids: list[int], **kw) -> Engine:
+    from ulorl.rollout.engines.torch_engine import TorchEngine
+
     return TorchEngine(model, eos_ids, max_batch=kw.get("max_batch", 256), kv_cache_gib=kw.get("kv_cache_gib", 4.0))
 
 
 def _hf(model, tokenizer, eos_ids: list[int], **kw) -> Engine:
+    from ulorl.rollout.engines.hf import HFEngine
+
     pad_id = kw["pad_id"] if "pad_id" in kw else tokenizer.pad_token_id
     return HFEngine(model, pad_id, eos_ids, max_batch=kw.get("max_batch", 256))
 
@@ -31,14 +47,12 @@ ENGINES: dict[EngineName, Callable[..., Engine]] = {EngineName.TORCH: _torch, En
 
 
 def build_engine(name: str, model, tokenizer, eos_ids: list[int], **kw) -> Engine:
-    """The engine `name` over `model`; `eos_ids` end a sample (an id outside the vocabulary: never stops early).
+    """The engine `name` (an `EngineName` value) over `model`; `eos_ids` end a sample (an id outside the vocabulary:
+    never stops early). An unknown name raises `ConfigError` listing the valid ones.
 
     Keywords, each read by the engines that use it: `max_batch`, `kv_cache_gib` (torch), `pad_id` (hf; default
     `tokenizer.pad_token_id`, so `tokenizer` may be None when it is given), `model_path`, `vllm`, `model_cfg`,
     `seed` (vllm).
     """
-    try:
-        key = EngineName(name)
-    except ValueError:
-        raise ValueError(f"unknown engine {name!r}; choose one of: {', '.join(e.value for e in EngineName)}") from None
-    return ENGINES[key](model, tokenizer, eos_ids, **kw)
+    check_choice("engine", name, EngineName)
+    return ENGINES[EngineName(name)](model, tokenizer, eos_ids, **kw)
