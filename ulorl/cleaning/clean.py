@@ -22,7 +22,7 @@ from ulorl.data.loaders import read_source, validate_source
 from ulorl.data.records import DataError
 from ulorl.data.validate import RowSchema, ValidRow, get_path, guess_schema, set_path
 from ulorl.reward.cli_args import add_reward_arguments, reward_config_from_args
-from ulorl.rollout.engines.base import EngineName
+from ulorl.rollout.engines.registry import EngineName
 
 EXAMPLES_PER_REASON = 3
 EXAMPLE_CHARS = 200
