@@ -42,7 +42,7 @@ from benchlib import emit, machine, quiet_torch  # noqa: E402  (benchmarks/ is o
 
 from ulorl.algo import group_advantages
 from ulorl.config import AlgoConfig, TrainConfig
-from ulorl.learner import Learner, accumulate_metrics, make_micro_batches
+from ulorl.learners.local import LocalLearner, accumulate_metrics, make_micro_batches
 from ulorl.trajectory import Trajectory
 
 TEMPERATURE = 0.85
@@ -88,7 +88,7 @@ class Stages:
         self._t = (w, c)
 
 
-def staged_update(ln: Learner, trajs: list[Trajectory], version: int) -> Stages:
+def staged_update(ln: LocalLearner, trajs: list[Trajectory], version: int) -> Stages:
     """`Learner.update` step by step (same calls, same order), with a timer between the parts."""
     st = Stages()
     adv = ln.advantages(trajs)
@@ -172,7 +172,7 @@ def overhead(model_path: str, trajs, args) -> dict:
 
     model = load_model(model_path)
     train = TrainConfig(lr=1e-6)  # tiny steps: the model (and so the work) stays the same
-    ln = Learner(model, train, AlgoConfig(), temperature=TEMPERATURE, pad_id=0)
+    ln = LocalLearner(model, train, AlgoConfig(), temperature=TEMPERATURE, pad_id=0)
     rewards = torch.tensor([float(t.reward or 0.0) for t in trajs])
     adv = group_advantages(rewards, [t.group_id for t in trajs])
     mbs = make_micro_batches(trajs, adv, 1, 0, train.micro_batch_tokens)
@@ -247,8 +247,8 @@ def budget_times(model_path: str, trajs, budgets: list[int], repeats: int) -> di
     from ulorl.models import load_model
 
     model = load_model(model_path)
-    lns = {b: Learner(model, TrainConfig(lr=1e-6, micro_batch_tokens=b), AlgoConfig(), temperature=TEMPERATURE,
-                      pad_id=0) for b in budgets}
+    lns = {b: LocalLearner(model, TrainConfig(lr=1e-6, micro_batch_tokens=b), AlgoConfig(),
+                           temperature=TEMPERATURE, pad_id=0) for b in budgets}
     for ln in lns.values():
         ln.update(trajs, 1)
     wall = {b: [] for b in budgets}

@@ -46,12 +46,12 @@ def _child(args) -> None:
     from transformers.utils import logging as hf_logging
 
     from ulorl.config import AlgoConfig, TrainConfig
-    from ulorl.learner import Learner
+    from ulorl.learners.local import LocalLearner
     from ulorl.trajectory import Trajectory
 
     hf_logging.set_verbosity_error()
 
-    class NaiveLearner(Learner):
+    class NaiveLearner(LocalLearner):
         def forward(self, mb):
             logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits  # (b, S, V)
             logp = torch.log_softmax(logits.float() / self.temperature, dim=-1)
@@ -78,7 +78,7 @@ def _child(args) -> None:
     toks, lps = torch.randint(2, V, (T,), generator=g).tolist(), (-torch.rand(T, generator=g) * 3).tolist()
     t.append_segment(toks[:half], lps[:half], 0)
     t.append_segment(toks[half:], lps[half:], 1)
-    cls = NaiveLearner if args.variant == "naive" else Learner
+    cls = NaiveLearner if args.variant == "naive" else LocalLearner
     ln = cls(model, TrainConfig(lr=1e-6, micro_batch_tokens=T + 16, logit_chunk=args.chunk), AlgoConfig(),
              temperature=0.85, pad_id=0)
     base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss

@@ -4,7 +4,7 @@ Needs only torch and transformers (no vLLM, no network): what a lent GPU machine
 model is created here with random weights (hidden 256, 4 layers, 4 heads / 2 KV heads, head size 64), float32.
 
 1. correctness: 16 prefixes, two segments each (the second continues the first, as segment rollout does); the
-   engine's behaviour log-probs against the learner's recomputation (`Learner.forward`) at every position, TF32
+   engine's behaviour log-probs against the learner's recomputation (`LocalLearner.forward`) at every position, TF32
    off. Reported: the largest absolute difference (the contract: <= 1e-5 in float32).
 2. long decoding: 16 rows x 2,048 and 8,192 new tokens (EOS off): tokens/s, ms per decode iteration, peak memory.
 3. segment rollout, M = 1 vs M = 4: rollout rounds of the real `SegmentRollout` (pools, routing) on this engine
@@ -36,7 +36,7 @@ def _sync(dev: torch.device) -> None:
 
 def correctness(model, tok, dev) -> dict:
     from ulorl.config import AlgoConfig, TrainConfig
-    from ulorl.learner import Learner, make_micro_batches
+    from ulorl.learners.local import LocalLearner, make_micro_batches
     from ulorl.rollout.engines import SamplingParams
     from ulorl.rollout.engines.registry import build_engine
     from ulorl.trajectory import Trajectory
@@ -46,7 +46,7 @@ def correctness(model, tok, dev) -> dict:
     prefixes = [[5 + (i * 7 + j) % 40 for j in range(4 + (i * 5) % 23)] for i in range(16)]
     first = eng.generate(prefixes, 64, params, seed=1)
     second = eng.generate([p + o.tokens for p, o in zip(prefixes, first)], 64, params, seed=2)
-    learner = Learner(model, TrainConfig(device=str(dev)), AlgoConfig(), 0.85, tok.pad_token_id)
+    learner = LocalLearner(model, TrainConfig(device=str(dev)), AlgoConfig(), 0.85, tok.pad_token_id)
     worst = 0.0
     for i, (p, a, b) in enumerate(zip(prefixes, first, second)):
         t = Trajectory(sample_id=f"{i}/0", group_id=str(i), prompt_id=str(i), prompt_tokens=p, ground_truth="0",

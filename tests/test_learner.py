@@ -1,4 +1,4 @@
-"""Learner: chunked log-probs, IS modes on real trajectories, micro-batch invariance, NaN guard."""
+"""LocalLearner: chunked log-probs, IS modes on real trajectories, micro-batch invariance, NaN guard."""
 
 import copy
 import math
@@ -7,8 +7,9 @@ import pytest
 import torch
 
 from ulorl.config import AlgoConfig, TrainConfig
-from ulorl.learner import Learner, make_micro_batches
 from ulorl.algo.logprobs import chunked_logprobs_entropy
+from ulorl.learners import Learner, local
+from ulorl.learners.local import LocalLearner, make_micro_batches
 from ulorl.models import load_model
 from ulorl.trajectory import Trajectory
 
@@ -84,8 +85,8 @@ def batch():
 
 def learner(model_dir, **algo):
     model = load_model(model_dir)
-    return Learner(model, TrainConfig(lr=1e-3, micro_batch_tokens=10_000), AlgoConfig(**algo), temperature=0.85,
-                   pad_id=0)
+    return LocalLearner(model, TrainConfig(lr=1e-3, micro_batch_tokens=10_000), AlgoConfig(**algo),
+                        temperature=0.85, pad_id=0)
 
 
 def current_logprobs(ln, trajs, version):
@@ -127,12 +128,29 @@ def test_micro_batches_give_the_full_batch_update(tiny_model_dir, batch):
         assert torch.allclose(pa, pb, atol=1e-6)
 
 
-def test_nan_loss_skips_update_and_leaves_weights_untouched(tiny_model_dir, batch):
+def test_local_learner_is_a_learner_and_reports_its_lr(tiny_model_dir, batch):
+    ln = learner(tiny_model_dir)
+    assert isinstance(ln, Learner)  # the protocol the trainer, the session and the placements rely on
+    assert ln.update(batch, 0)["actor/lr"] == pytest.approx(1e-3)
+
+
+def nan_policy_loss(monkeypatch):
+    """Make the loss the learner computes NaN (the clipped loss of `ulorl.algo`, as the learner calls it)."""
+    real = local.policy_loss
+
+    def nan_loss(*args, **kw):
+        loss, m = real(*args, **kw)
+        return loss * float("nan"), m
+
+    monkeypatch.setattr(local, "policy_loss", nan_loss)
+
+
+def test_nan_loss_skips_update_and_leaves_weights_untouched(tiny_model_dir, batch, monkeypatch):
     ln = learner(tiny_model_dir)
     ln.update(batch, 0)  # one good step so the optimizer has state
     before = {k: v.clone() for k, v in ln.model.state_dict().items()}
     opt_before = copy.deepcopy(ln.optimizer.state_dict())
-    ln.loss_hook = lambda loss: loss * float("nan")
+    nan_policy_loss(monkeypatch)
     m = ln.update(batch, 1)
     assert m["actor/skipped"] == 1.0 and math.isnan(m["actor/grad_norm"])
     for k, v in ln.model.state_dict().items():
@@ -152,7 +170,7 @@ def test_filtered_samples_contribute_no_tokens(tiny_model_dir, batch):
 
 
 def test_split_sorted_fewest_micro_batches_then_least_padding():
-    from ulorl.learner import split_sorted
+    from ulorl.learners.local import split_sorted
 
     def greedy(lengths, budget):  # the fill split_sorted replaced: as many rows as fit, longest first
         runs = []
@@ -189,8 +207,8 @@ def test_autocast_keeps_float32_master_weights_where_bfloat16_weights_lose_small
     # lr 1e-6 (the paper's): Adam moves every weight by ~1e-6, far below bfloat16's spacing near 0.02 (~1.2e-4)
     def run(dtype, autocast):
         model = load_model(tiny_model_dir).to(dtype)
-        ln = Learner(model, TrainConfig(lr=1e-6, autocast=autocast), AlgoConfig(entropy_mask="none"),
-                     temperature=0.85, pad_id=0)
+        ln = LocalLearner(model, TrainConfig(lr=1e-6, autocast=autocast), AlgoConfig(entropy_mask="none"),
+                          temperature=0.85, pad_id=0)
         with torch.no_grad():
             lp_ref, _ = ln.forward(make_micro_batches(batch, torch.ones(4), 0, 0, 10_000)[0])
         before = {n: p.detach().clone() for n, p in model.named_parameters()}

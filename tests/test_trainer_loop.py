@@ -92,3 +92,24 @@ def test_fixed_batch_size_leftovers_wait(tmp_path, fake_reward):
     assert m["rollout/experience_pool"] > 0  # leftovers are waiting
     assert len(seen) == len(set(seen))
     s.close()
+
+
+def test_overlong_keep_is_decided_once_when_scored_and_reaches_the_learner(tmp_path, fake_reward):
+    # max_response_len=32: the scripted 48- and 64-token answers are truncated; reward.overlong=filter keeps them
+    # out of the loss. Scoring sets Trajectory.loss_keep once; the learner receives exactly that mask.
+    s = session(tmp_path, fake_reward, ["rollout.max_response_len=32", "rollout.num_segments=1",
+                                        "rollout.decode_batch=20", "train.train_groups=5", "algo.dynamic_sampling=false",
+                                        "reward.overlong=filter"])
+    calls, update = [], s.learner.update
+
+    def spy(batch, version, loss_keep=None):
+        calls.append((batch, loss_keep))
+        return update(batch, version, loss_keep)
+
+    s.learner.update = spy
+    m = train_step(s)
+    (batch, keep), = calls
+    assert any(t.truncated for t in batch)
+    assert keep == [t.loss_keep for t in batch] == [not t.truncated for t in batch]
+    assert m["actor/lr"] == pytest.approx(1e-4)  # the learner reports its learning rate (train.lr)
+    s.close()

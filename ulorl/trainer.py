@@ -1,9 +1,11 @@
 """The UloRL training loop (Algorithm 1 + DAPO recipe), readable in one screen.
 
-step: rollout rounds (segment rollout) until the experience pool holds a full batch
-of whole, filtered groups -> one gradient update on exactly `train.train_groups`
-groups (leftovers wait, FIFO) -> the engine sees the new weights. No algorithm lives
-here: rollout is `SegmentRollout`, the update is `Learner`, the state is `TrainSession`.
+step: `collect_batch` (rollout rounds until the experience pool holds `train.train_groups`
+whole groups that passed dynamic sampling; leftovers wait, FIFO) -> one gradient update
+(`Learner.update`, the overlong keep mask read from the trajectories) -> the engine sees
+the new weights -> metrics. No algorithm lives here: the step rule is
+`ulorl.rollout.collect`, the update is the `Learner`, the state is `TrainSession`; this
+module wires them and scores samples with the session's reward manager.
 """
 
 from __future__ import annotations
@@ -15,11 +17,11 @@ from collections import Counter
 import torch
 from tqdm.auto import tqdm
 
-from ulorl.algo import dynamic_sampling
 from ulorl.config import RunConfig
 from ulorl.evaluation.metrics import paired_difference
 from ulorl.recipe import open_session
 from ulorl.reward import RewardError, apply_overlong_policy
+from ulorl.rollout.collect import RoundLimits, collect_batch
 from ulorl.rollout.segment import SampleError
 from ulorl.session import TrainSession, say
 from ulorl.stall import StallError, StallWatch  # noqa: F401  (StallError: the CLI's one-line user error)
@@ -61,32 +63,18 @@ def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
 
 
 def train_step(s: TrainSession) -> dict:
-    t0, acc = time.time(), Counter()
-    n_groups, tc = s.cfg.train.train_groups, s.cfg.train
-    stall_limit = tc.max_stall_rounds or tc.max_rounds_per_step
+    """One step of Algorithm 1: collect a batch of whole groups, one update, the engine sees the new weights."""
+    t0, tc = time.time(), s.cfg.train
     watch = StallWatch(s.step + 1, lambda ids: s.tokenizer.decode(ids, skip_special_tokens=True), say)
-    while s.experience.num_ready() < n_groups:
-        if acc["rounds"] >= tc.max_rounds_per_step or watch.idle_rounds >= stall_limit:
-            why = (f"no group admitted in {watch.idle_rounds} rollout rounds in a row (train.max_stall_rounds="
-                   f"{stall_limit})" if watch.idle_rounds >= stall_limit else f"no full batch of {n_groups} groups "
-                   f"after {acc['rounds']} rollout rounds (train.max_rounds_per_step={tc.max_rounds_per_step})")
-            raise watch.fail(s.run_dir, acc["rounds"], why, s.cfg.algo.dynamic_sampling)
-        tg = time.time()
-        res = s.rollout.round(s.unfinished, s.version, s.step)
-        acc.update(rounds=1, new_prompts=res.new_prompts, reprefill=res.reprefill_tokens,
-                   decoded=res.decoded_tokens, slots=res.decode_slots, gen_s=time.time() - tg,
-                   prefill=res.prefill_tokens, prefill_padded=res.prefill_padded_tokens)
-        acc["max_staleness"] = max(acc["max_staleness"], res.max_staleness)
-        tr = time.time()
-        score(s, res.finished)
-        completed, admitted = admit(s, res.finished, acc, watch)
-        watch.end_round(completed, admitted, stall_limit)
-        acc["reward_s"] += time.time() - tr
-    groups = s.experience.take(n_groups)
-    batch = [t for g in groups for t in g]
+    got = collect_batch(
+        s.rollout, s.unfinished, s.experience, n_groups=tc.train_groups, version=s.version, step=s.step,
+        score=lambda finished: score(s, finished), dynamic_sampling=s.cfg.algo.dynamic_sampling,
+        limits=RoundLimits(tc.max_rounds_per_step, tc.max_stall_rounds or tc.max_rounds_per_step), watch=watch,
+        stalled=lambda rounds, why: watch.fail(s.run_dir, rounds, why, s.cfg.algo.dynamic_sampling),
+        on_drop=lambda group: dropped(s, group))
+    batch, acc = got.batch, got.counts
     tu = time.time()
-    keep = [not (s.cfg.reward.overlong == "filter" and t.truncated) for t in batch]
-    m = s.learner.update(batch, s.version, loss_keep=keep)
+    m = s.learner.update(batch, s.version, loss_keep=[t.loss_keep for t in batch])
     update_s = time.time() - tu
     skipped = bool(m["actor/skipped"])
     if skipped:  # weights and optimizer untouched; the step still ends, its samples are logged as skipped
@@ -112,9 +100,8 @@ def train_step(s: TrainSession) -> dict:
 
 
 def score(s: TrainSession, finished: list[Trajectory]) -> None:
-    """Rewards for finished samples (rule/judge in worker processes), then the overlong policy."""
-    if not finished:
-        return
+    """Rewards for finished samples (rule/judge in worker processes), then the overlong policy: it sets each
+    sample's reward and, once, its `loss_keep`."""
     texts = s.tokenizer.batch_decode([t.response_tokens for t in finished], skip_special_tokens=True)
     prompts = s.tokenizer.batch_decode([t.prompt_tokens for t in finished], skip_special_tokens=True)
     try:
@@ -124,37 +111,18 @@ def score(s: TrainSession, finished: list[Trajectory]) -> None:
         raise
     except Exception as e:
         raise SampleError(f"step {s.step + 1}: reward scoring", finished, e) from e
-    rewards, _ = apply_overlong_policy(
+    rewards, keep = apply_overlong_policy(
         s.cfg.reward.overlong, torch.tensor(raw, dtype=torch.float32),
         torch.tensor([t.response_len for t in finished]), torch.tensor([t.truncated for t in finished]),
         s.cfg.rollout.max_response_len, s.cfg.reward.overlong_buffer)
-    for t, r in zip(finished, rewards.tolist()):
-        t.reward = float(r)
+    for t, r, k in zip(finished, rewards.tolist(), keep.tolist()):
+        t.reward, t.loss_keep = float(r), bool(k)
 
 
-def admit(s: TrainSession, finished: list[Trajectory], acc: Counter, watch: StallWatch | None = None
-          ) -> tuple[int, int]:
-    """Finished samples join their group; complete groups pass dynamic sampling or are dropped.
-
-    Returns (groups completed, groups admitted)."""
-    completed = admitted = 0
-    for t in finished:
-        group = s.experience.add(t)
-        if group is None:
-            continue
-        completed += 1
-        rewards = torch.tensor([g.reward for g in group])
-        ok = not s.cfg.algo.dynamic_sampling or bool(dynamic_sampling(rewards, [g.group_id for g in group]).any())
-        if ok:
-            s.experience.admit(group)
-            admitted += 1
-        else:
-            s.samples.write(group, s.step + 1, "dropped", "all_rewards_equal")
-            s.counters["dropped_groups"] += 1
-            acc["dropped_groups"] += 1
-        if watch is not None:
-            watch.record(group, ok)
-    return completed, admitted
+def dropped(s: TrainSession, group: list[Trajectory]) -> None:
+    """A group dynamic sampling dropped: logged in samples.jsonl and counted."""
+    s.samples.write(group, s.step + 1, "dropped", "all_rewards_equal")
+    s.counters["dropped_groups"] += 1
 
 
 def step_metrics(s: TrainSession, batch: list[Trajectory], m: dict, acc: Counter, update_s: float,
@@ -166,7 +134,6 @@ def step_metrics(s: TrainSession, batch: list[Trajectory], m: dict, acc: Counter
     s.history["entropy"].append(round(m["actor/entropy"], 5))
     return {
         **m,
-        "actor/lr": s.learner.optimizer.param_groups[0]["lr"],
         "critic/score/mean": sum(t.reward for t in batch) / len(batch),
         "response_length/mean": sum(lengths) / len(lengths),
         "response_length/max": float(max(lengths)),

@@ -2,8 +2,10 @@
 
 A response is a concatenation of segments; each segment remembers the policy
 version that generated it and its token span, and every response token keeps its
-behaviour log-prob (at the sampling temperature). Records serialise to plain JSON
-(no pickle), so pools can be checkpointed and audited.
+behaviour log-prob (at the sampling temperature). Scoring sets `reward` and, once,
+`loss_keep` (the overlong policy's decision; the learner reads it). Records serialise
+to plain JSON (no pickle), so pools can be checkpointed and audited; a record saved
+before `loss_keep` existed loads with `loss_keep=True`.
 """
 
 from __future__ import annotations
@@ -40,6 +42,7 @@ class Trajectory:
     reward: float | None = None
     born_step: int = 0  # training step at which its prompt entered the rollout
     extra_info: dict = field(default_factory=dict)  # the dataset row's extra_info, for reward functions and the judge
+    loss_keep: bool = True  # False: the overlong policy drops it from the loss (decided once, when it is scored)
 
     @property
     def response_len(self) -> int:

@@ -8,7 +8,7 @@ import torch.multiprocessing as mp
 
 from ulorl.config import AlgoConfig, TrainConfig
 from ulorl.distributed import shard_groups
-from ulorl.learner import Learner
+from ulorl.learners.local import LocalLearner
 from ulorl.models import load_model
 from ulorl.trajectory import Trajectory
 
@@ -54,8 +54,16 @@ def _rank(rank, world, port, model_dir, sharding, num_groups, out_path):
         trajs = batch(num_groups)
         keep = [i != 1 for i in range(len(trajs))]
         metrics = [ln.update(trajs, 2, loss_keep=keep), ln.update(trajs, 3)]
-        if rank == 0:  # a NaN loss on rank 0 only: every rank must skip the update
-            ln.loss_hook = lambda loss: loss * float("nan")
+        if rank == 0:  # a NaN loss on rank 0 only (this forked process): every rank must skip the update
+            from ulorl.learners import local
+
+            real = local.policy_loss
+
+            def nan_loss(*args, **kw):
+                loss, m = real(*args, **kw)
+                return loss * float("nan"), m
+
+            local.policy_loss = nan_loss
         metrics.append(ln.update(trajs, 4))
         state, opt = ln.model_state_dict(), ln.state_dict()  # collectives under fsdp2: every rank calls them
         torch.save({"metrics": metrics, "state": state, "opt": opt}, f"{out_path}.{rank}")
@@ -76,7 +84,7 @@ def run_ranks(tmp_path, model_dir, sharding, num_groups, world=2):
 
 
 def one_process(model_dir, num_groups):
-    ln = Learner(load_model(model_dir), copy.deepcopy(TRAIN), ALGO, temperature=0.85, pad_id=0)
+    ln = LocalLearner(load_model(model_dir), copy.deepcopy(TRAIN), ALGO, temperature=0.85, pad_id=0)
     trajs = batch(num_groups)
     metrics = [ln.update(trajs, 2, loss_keep=[i != 1 for i in range(len(trajs))]), ln.update(trajs, 3)]
     return metrics, ln

@@ -4,7 +4,7 @@ import textwrap
 
 import pytest
 
-from ulorl.reward import RewardConfig, RewardManager
+from ulorl.reward import RewardConfig, RewardManager, apply_overlong_policy
 
 
 def test_rule_manager_scores_and_reports_metrics():
@@ -17,8 +17,9 @@ def test_rule_manager_scores_and_reports_metrics():
         )
         m = rm.metrics()
         again = rm.metrics()
-        # the manager applies its configured overlong policy ("zero")
-        r, keep = rm.apply_overlong([1.0, 1.0], [10, 16], [False, True], max_len=16)
+    # the configured overlong policy ("zero") through the one entry point, the pure function
+    r, keep = apply_overlong_policy(cfg.overlong, [1.0, 1.0], [10, 16], [False, True], max_len=16,
+                                    buffer_len=cfg.overlong_buffer)
     # 1/2 == 0.5; the tower times out; "synthetic" uses the builtin extractor -> "7"; 3 != 4
     assert rewards == [1.0, 0.0, 1.0, 0.0]
     assert m["reward/items"] == 4 and m["reward/timeouts"] == 1 and m["reward/errors"] == 0

@@ -1,7 +1,7 @@
 """The torch engine (default): the engine contract, continuous batching, the KV budget.
 
 Reference values come from other code paths: the learner's own log-prob computation
-(`Learner.forward` on the full sequence), the HF engine (greedy tokens) and plain
+(`LocalLearner.forward` on the full sequence), the HF engine (greedy tokens) and plain
 `torch.argmax` / `topk` over the model's logits.
 """
 
@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from ulorl.config import AlgoConfig, TrainConfig
-from ulorl.learner import Learner, make_micro_batches
+from ulorl.learners.local import LocalLearner, make_micro_batches
 from ulorl.models import load_model, load_tokenizer
 from ulorl.rollout.engines import HFEngine, SamplingParams, TorchEngine
 from ulorl.rollout.engines.decoder import UnsupportedModelError
@@ -50,7 +50,7 @@ def _learner_logprobs(model, tok, prefix: list[int], segments: list[tuple[list[i
                       data_source="x")
     for v, (toks, lps) in enumerate(segments):
         traj.append_segment(toks, lps, v)
-    learner = Learner(model, TrainConfig(), AlgoConfig(), T, tok.pad_token_id)
+    learner = LocalLearner(model, TrainConfig(), AlgoConfig(), T, tok.pad_token_id)
     (mb,) = make_micro_batches([traj], torch.zeros(1), len(segments), tok.pad_token_id, 10_000)
     with torch.no_grad():
         lp, _ = learner.forward(mb)

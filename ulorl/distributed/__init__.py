@@ -5,7 +5,7 @@
 - `sharded_learner.py`: `ShardedLearner`, data parallel over `torch.distributed`
   (gloo on CPU, FSDP2 on GPU) with the exact global token-mean.
 - `ray_engine.py` / `ray_learner.py`: engine and learner actors and their driver-side
-  stand-ins (`RayEngine` is an `Engine`, `RayLearner` looks like a `Learner`).
+  stand-ins (`RayEngine` is an `Engine`, `RayLearner` a `Learner`).
 - `placement.py`: the registry `distributed.backend` -> engine + learner for `TrainSession`.
 
 Ray is optional (`pip install 'ulorl[ray]'`); nothing here imports it until a Ray

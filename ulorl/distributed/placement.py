@@ -6,7 +6,7 @@ always keeps the model (for checkpoints and evaluation), the pools, the prompt
 source, the rewards and the loop.
 
 - `local`: the registry engine over the session's model (HF shares its weights with
-  the learner) and a `Learner` in this process. What every run did before.
+  the learner) and a `LocalLearner` in this process. What every run did before.
 - `ray`: `RayEngine` (`num_engines` engine actors) and `RayLearner` (`learner_procs`
   learner actors, a `ShardedLearner` group when > 1) on a Ray cluster.
 """
@@ -20,6 +20,7 @@ import torch
 
 from ulorl.config import ConfigError, RunConfig
 from ulorl.distributed.config import BackendName
+from ulorl.learners.base import Learner
 from ulorl.rollout.engines.base import Engine
 
 
@@ -28,8 +29,8 @@ class Placement(Protocol):
         """The rollout engine (`engine_kw` go to `build_engine`)."""
         ...
 
-    def learner(self, model: torch.nn.Module, pad_id: int):
-        """An object with `Learner`'s `update`, `state_dict`, `load_state_dict` and `optimizer.param_groups`."""
+    def learner(self, model: torch.nn.Module, pad_id: int) -> Learner:
+        """The learner, training `model` (after each update `model` holds the new weights)."""
         ...
 
     def close(self) -> None:
@@ -46,10 +47,10 @@ class LocalPlacement:
 
         return build_engine(self.cfg.rollout.engine, model, tokenizer, eos_ids, **engine_kw)
 
-    def learner(self, model, pad_id):
-        from ulorl.learner import Learner
+    def learner(self, model, pad_id) -> Learner:
+        from ulorl.learners.local import LocalLearner
 
-        return Learner(model, self.cfg.train, self.cfg.algo, self.cfg.rollout.temperature, pad_id)
+        return LocalLearner(model, self.cfg.train, self.cfg.algo, self.cfg.rollout.temperature, pad_id)
 
     def close(self) -> None:
         pass
@@ -74,7 +75,7 @@ class RayPlacement:
                                      device=self.cfg.train.device, engine_kw=engine_kw))
         return self._parts[-1]
 
-    def learner(self, model, pad_id):
+    def learner(self, model, pad_id) -> Learner:
         from ulorl.distributed.ray_learner import RayLearner
 
         self._parts.append(RayLearner(self.cfg, model, pad_id))

@@ -2,7 +2,7 @@
 
 `learner_procs` actors each hold a copy of the policy; with more than one they form a
 `torch.distributed` group (rank 0's node and a free port as rendezvous; gloo on CPU,
-NCCL on CUDA) and train a `ShardedLearner`, otherwise a plain `Learner`. Every actor
+NCCL on CUDA) and train a `ShardedLearner`, otherwise a `LocalLearner`. Every actor
 receives the whole batch (one `ray.put`), shards it by whole groups itself, and all
 take the identical optimizer step.
 
@@ -12,7 +12,8 @@ full state dict), so checkpoints, evaluation and the trainer's
 run; the weights travel learner -> driver -> engines. A direct learner -> engine
 broadcast (NCCL, as verl does) would skip the driver; not done here. The optimizer
 state stays in the actors; `state_dict()` fetches it from rank 0 for checkpoints and
-`load_state_dict` sends it to every actor on resume.
+`load_state_dict` sends it to every actor on resume. The metrics, `actor/lr` included,
+are rank 0's.
 """
 
 from __future__ import annotations
@@ -41,11 +42,11 @@ class LearnerWorker:
         return ray.util.get_node_ip_address(), free_port()
 
     def setup(self, addr: str | None, port: int | None) -> None:
-        from ulorl.learner import Learner
+        from ulorl.learners.local import LocalLearner
 
         c, world = self.cfg, self.cfg.distributed.learner_procs
         if world == 1:
-            self.learner = Learner(self.model, c.train, c.algo, c.rollout.temperature, self.pad_id)
+            self.learner = LocalLearner(self.model, c.train, c.algo, c.rollout.temperature, self.pad_id)
             return
         from ulorl.distributed.sharded_learner import ShardedLearner, init_process_group
 
@@ -54,9 +55,7 @@ class LearnerWorker:
                                       sharding=c.distributed.sharding)
 
     def update(self, trajs: list[Trajectory], version: int, loss_keep: list[bool] | None) -> dict[str, float]:
-        m = self.learner.update(trajs, version, loss_keep=loss_keep)
-        m["actor/lr"] = self.learner.optimizer.param_groups[0]["lr"]
-        return m
+        return self.learner.update(trajs, version, loss_keep=loss_keep)
 
     def weights(self) -> dict[str, torch.Tensor] | None:
         """Rank 0: the full state dict on CPU; other ranks: None (they take part in fsdp2's gather)."""
@@ -76,15 +75,8 @@ class LearnerWorker:
         self.learner.load_state_dict(state)
 
 
-class _LrView:
-    """`optimizer.param_groups[0]["lr"]` for the trainer's metrics (the optimizer lives in the actors)."""
-
-    def __init__(self, lr: float) -> None:
-        self.param_groups = [{"lr": lr}]
-
-
 class RayLearner:
-    """What `TrainSession` and the trainer use of a `Learner`, computed by learner actors."""
+    """The `Learner` protocol (`ulorl.learners.base`), computed by learner actors."""
 
     def __init__(self, cfg: RunConfig, model: torch.nn.Module, pad_id: int) -> None:
         self.ray, self.model, d = require_ray(), model, cfg.distributed
@@ -93,13 +85,11 @@ class RayLearner:
         self.actors = [remote.remote(model_ref, cfg, pad_id, rank) for rank in range(d.learner_procs)]
         addr, port = self.ray.get(self.actors[0].rendezvous.remote()) if d.learner_procs > 1 else (None, None)
         self.ray.get([a.setup.remote(addr, port) for a in self.actors])
-        self.optimizer = _LrView(cfg.train.lr)
 
     def update(self, trajs: list[Trajectory], version: int, loss_keep: list[bool] | None = None) -> dict[str, float]:
         """One update on every rank; the driver's model then holds the new weights."""
         ref = self.ray.put(trajs)
         metrics = self.ray.get([a.update.remote(ref, version, loss_keep) for a in self.actors])[0]
-        self.optimizer.param_groups[0]["lr"] = metrics.pop("actor/lr")
         if not metrics["actor/skipped"]:
             state = self.ray.get([a.weights.remote() for a in self.actors])[0]
             self.model.load_state_dict(state)

@@ -46,7 +46,7 @@ import torch.distributed as dist
 from ulorl.config import AlgoConfig, TrainConfig
 from ulorl.distributed.config import ShardingName
 from ulorl.distributed.sharding import shard_groups
-from ulorl.learner import Learner, MicroBatch, advantage_metrics, make_micro_batches
+from ulorl.learners.local import LocalLearner, MicroBatch, advantage_metrics, make_micro_batches
 from ulorl.trajectory import Trajectory
 
 
@@ -103,8 +103,8 @@ def _is_dtensor(t: torch.Tensor) -> bool:
     return isinstance(t, DTensor)
 
 
-class ShardedLearner(Learner):
-    """A `Learner` on one rank of an initialised process group (see the module docstring)."""
+class ShardedLearner(LocalLearner):
+    """The `Learner` protocol on one rank of an initialised process group (see the module docstring)."""
 
     def __init__(self, model: torch.nn.Module, train: TrainConfig, algo: AlgoConfig, temperature: float,
                  pad_id: int, sharding: str = "auto", group: dist.ProcessGroup | None = None) -> None:
@@ -123,7 +123,7 @@ class ShardedLearner(Learner):
 
     # -- the update: whole-batch advantages, then this rank's shard --------------------------------
     def update(self, trajs: list[Trajectory], version: int, loss_keep: list[bool] | None = None) -> dict[str, float]:
-        """Same contract as `Learner.update`; every rank must pass the same `trajs`."""
+        """`Learner.update` (`ulorl.learners.base`); every rank must pass the same `trajs`."""
         adv = self.advantages(trajs)
         mine = shard_groups(trajs, self.world)[self.rank]
         self._filler = trajs[0] if trajs else None

@@ -132,12 +132,12 @@ def measure_update(model, pad_id: int, cfg_train=None, cfg_algo=None, sizes=((8,
                    G: int = 8, prompt_len: int = 32, repeats: int = 2, clock: Clock | None = None) -> list[dict]:
     """Rows {groups, length, tokens, update_s}: `Learner.update` on synthetic groups (lr 0: weights unchanged)."""
     from ulorl.config import AlgoConfig, TrainConfig
-    from ulorl.learner import Learner
+    from ulorl.learners.local import LocalLearner
     from ulorl.trajectory import Trajectory
 
     clock = clock or Clock()
     train = cfg_train or TrainConfig(lr=1e-12)
-    learner = Learner(model, train, cfg_algo or AlgoConfig(dynamic_sampling=False), 0.85, pad_id)
+    learner = LocalLearner(model, train, cfg_algo or AlgoConfig(dynamic_sampling=False), 0.85, pad_id)
     g = torch.Generator().manual_seed(0)
     rows = []
     for n_groups, length in sizes:

@@ -38,6 +38,10 @@ class Workload:
             raise ValueError(f"prompt_len={self.prompt_len} must be >= 1")
         if self.warmup < 0:
             raise ValueError(f"warmup={self.warmup} must be >= 0")
+        if self.decode_batch < self.group_size:
+            raise ValueError(f"decode_batch={self.decode_batch} must be >= group_size={self.group_size}")
+        if not 0 <= self.drop_rate < 1:
+            raise ValueError(f"drop_rate={self.drop_rate} must be in [0, 1)")
 
 
 @dataclass

@@ -1,9 +1,11 @@
 """Simulate segment rollout exactly, with response lengths drawn from a distribution instead of a model.
 
 The simulation runs the real `SegmentRollout`, `UnfinishedPool`, `ExperiencePool` and
-`PromptSource` and the trainer's step rule (rollout rounds until `train_groups` whole
-groups are ready, then one update on exactly that many, leftovers wait FIFO). Only the
-engine is fake: `LengthEngine` gives every new sample a target length from the
+`PromptSource` and the trainer's step rule itself, `ulorl.rollout.collect.collect_batch`
+(rollout rounds until `train_groups` whole groups are admitted, then one update on exactly
+that many, leftovers wait FIFO). Only the engine and the scorer are fake: `DropScorer`
+makes dynamic sampling drop a share `drop_rate` of the completed groups, and
+`LengthEngine` gives every new sample a target length from the
 distribution (drawn group by group, so within-group correlation is kept) and emits
 that many tokens over as many rounds as it takes. Each engine call is reduced to the
 counts the cost model prices (`ulorl.plan.cost.FEATURES`): decode iterations, live
@@ -25,9 +27,11 @@ import numpy as np
 from ulorl.plan.cost import CostModel
 from ulorl.plan.lengths import LengthDistribution
 from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams
+from ulorl.rollout.collect import RoundLimits, collect_batch
 from ulorl.rollout.pools import ExperiencePool, UnfinishedPool
 from ulorl.rollout.prompt_source import PromptSource
 from ulorl.rollout.segment import SegmentRollout
+from ulorl.stall import StallWatch
 
 _PROMPT = 2  # simulated prompts are 2 tokens; the real prompt length enters the counts analytically
 _MARK = 1_000_000  # first response token = _MARK + plan id: identifies a continued sample in O(1)
@@ -118,19 +122,41 @@ def choose_scale(L: int, M: int, resolution: int) -> int:
     for s in range(max(1, -(-L // resolution)), L + 1):
         if L % s == 0 and (L // s) % M == 0:
             return s
-    raise ValueError(f"no simulation scale for L={L}, M={M}")
+    raise ValueError(f"num_segments={M} must divide max_response_len={L}" if L % M else
+                     f"no simulation scale for L={L}, M={M}")
+
+
+class DropScorer:
+    """Simulated scorer: a group completed is dropped by dynamic sampling with probability `drop_rate`.
+
+    It decides when a group's last member is scored, in the order the experience pool completes groups (one
+    `rng` draw per completed group, none when `drop_rate` is 0): a dropped group gets rewards all 0, a kept one
+    a 1 on its first member, so the real dynamic-sampling filter drops or keeps it."""
+
+    def __init__(self, G: int, drop_rate: float, rng: np.random.Generator) -> None:
+        self.G, self.drop_rate, self.rng = G, drop_rate, rng
+        self._members: dict[str, list] = {}
+
+    def __call__(self, finished: list) -> None:
+        for t in finished:
+            members = self._members.setdefault(t.group_id, [])
+            members.append(t)
+            if len(members) < self.G:
+                continue
+            del self._members[t.group_id]
+            drop = bool(self.drop_rate and self.rng.random() < self.drop_rate)
+            for k, m in enumerate(members):
+                m.reward = 1.0 if k == 0 and not drop else 0.0
 
 
 def simulate(dist: LengthDistribution, *, L: int, M: int, G: int, decode_batch: int, train_groups: int,
              steps: int = 30, warmup: int = 8, seed: int = 0, prompt_len: int = 32, drop_rate: float = 0.0,
              padded: bool = True, resolution: int = 256, max_rounds_per_step: int = 1000) -> SimResult:
-    """Run `warmup + steps` trainer steps of segment rollout; return mean counts over the last `steps`."""
-    if L % M:
-        raise ValueError(f"num_segments={M} must divide max_response_len={L}")
-    if decode_batch < G:
-        raise ValueError(f"decode_batch={decode_batch} must be >= group_size={G}")
-    if not 0 <= drop_rate < 1:
-        raise ValueError(f"drop_rate={drop_rate} must be in [0, 1)")
+    """Run `warmup + steps` trainer steps of segment rollout; return mean counts over the last `steps`.
+
+    The settings are checked where they are defined (`Workload`, `SegmentRollout`, `choose_scale`)."""
+    if drop_rate and G < 2:
+        raise ValueError(f"drop_rate={drop_rate} needs group_size >= 2 (dynamic sampling drops every group of one)")
     scale = choose_scale(L, M, resolution)
     rng = np.random.default_rng(seed)
     buf: list[int] = []
@@ -145,23 +171,20 @@ def simulate(dist: LengthDistribution, *, L: int, M: int, G: int, decode_batch: 
     prompts = PromptSource([_Record(i, [3, 10 + i]) for i in range(64)], seed=seed)
     rollout = SegmentRollout(engine, prompts, SamplingParams(), group_size=G, decode_batch=decode_batch,
                              max_response_len=L // scale, num_segments=M, seed=seed)
-    unfinished, experience = UnfinishedPool(), ExperiencePool(G)
+    unfinished, experience, scorer = UnfinishedPool(), ExperiencePool(G), DropScorer(G, drop_rate, rng)
+    limits = RoundLimits(max_rounds_per_step, max_rounds_per_step)
+
+    def stalled(rounds: int, why: str) -> Exception:
+        return RuntimeError(f"no full batch after {rounds} rounds (drop_rate={drop_rate} too high?)")
+
     per_step, staleness, version = [], [], 0
     for step in range(warmup + steps):
         engine.counts = Counter()
-        finished, rounds = 0, 0
-        while experience.num_ready() < train_groups:
-            if rounds >= max_rounds_per_step:
-                raise RuntimeError(f"no full batch after {rounds} rounds (drop_rate={drop_rate} too high?)")
-            res = rollout.round(unfinished, version, step)
-            rounds += 1
-            finished += len(res.finished)
-            for t in res.finished:
-                group = experience.add(t)
-                if group is not None and not (drop_rate and rng.random() < drop_rate):
-                    experience.admit(group)
-        batch = [t for g in experience.take(train_groups) for t in g]
-        counts = dict(engine.counts, finished=float(finished), updates=1.0,
+        got = collect_batch(rollout, unfinished, experience, n_groups=train_groups, version=version, step=step,
+                            score=scorer, dynamic_sampling=bool(drop_rate), limits=limits,
+                            watch=StallWatch(step + 1, str, lambda line: None), stalled=stalled)
+        batch = got.batch
+        counts = dict(engine.counts, finished=float(got.counts["finished"]), updates=1.0,
                       trained_tokens=float(sum(prompt_len + scale * t.response_len for t in batch)))
         if step >= warmup:
             per_step.append(counts)

@@ -35,12 +35,10 @@ import math
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
 
 from ulorl.reward.config import RewardConfig
 from ulorl.reward.extract import ExtractorMap
 from ulorl.reward.judge import GenerativeVerifier, JudgeMode
-from ulorl.reward.overlong import apply_overlong_policy
 from ulorl.reward.rule import RuleVerifier
 from ulorl.reward.terms import (ErrorWindow, RewardBatch, RewardTerm, TermResult, VerifierTerm, build_term,
                                 check_results)
@@ -193,12 +191,6 @@ class RewardManager:
                 self._extra["timing_s/reward_score"] += time.perf_counter() - start
                 self._extra["timing_s/reward_judge"] += judge_s
         return totals
-
-    def apply_overlong(self, rewards: Any, lengths: Any, truncated: Any, max_len: int) -> tuple[Any, Any]:
-        """:func:`apply_overlong_policy` with this config's policy and buffer."""
-        return apply_overlong_policy(
-            self.cfg.overlong, rewards, lengths, truncated, max_len, self.cfg.overlong_buffer
-        )
 
     def _judgeable(self, pred: str | None) -> bool:
         return bool(pred) and len(pred) <= self.cfg.max_answer_chars  # type: ignore[arg-type]

@@ -5,9 +5,9 @@ from their full prefix, in the next rollout round.
 
 `ExperiencePool`: finished samples. A group (the G answers to one prompt draw)
 becomes *complete* only when all G members are finished (GRPO needs the whole
-group); complete groups are handed to the trainer, which filters them (dynamic
-sampling) and admits the survivors to a FIFO of trainable groups. The trainer takes
-a fixed number of groups per update; leftovers wait in FIFO order.
+group); complete groups are handed to `collect_batch` (`ulorl.rollout.collect`), which
+filters them (dynamic sampling) and admits the survivors to a FIFO of trainable groups.
+It takes a fixed number of groups per update; leftovers wait in FIFO order.
 
 Both pools serialise to plain dicts (JSON), for exact resume.
 """

@@ -1,4 +1,4 @@
-"""The learner: log-probs and entropies (chunked), the UloRL loss, and the AdamW step.
+"""`LocalLearner`, the `Learner` in this process: log-probs and entropies (chunked), the UloRL loss, AdamW.
 
 One call to `update` is one gradient update on a batch of whole groups: GRPO
 advantages over each group, log-probs/entropies of the response tokens from logits
@@ -7,7 +7,8 @@ mode's pi_old (tois/pois/sais/...), the entropy mask (none/mpt/dmmpt), the clipp
 token-level loss. The batch is split into length-sorted micro-batches under a token
 budget; each micro-batch loss is divided by the *global* number of response tokens,
 so the summed gradients equal one full-batch step. A non-finite loss or gradient
-norm skips the update and leaves weights and optimizer state untouched.
+norm skips the update and leaves weights and optimizer state untouched. The metrics
+carry the learning rate of the update (`actor/lr`), as the `Learner` protocol asks.
 
 Data parallelism plugs in through four reduction hooks (`_global_sum`, `_all_finite`,
 `_sync_gradients`, `_merge_metrics`), identities here; `ShardedLearner` (in
@@ -115,7 +116,9 @@ def _collate(trajs, advantages, version, pad_id, keep) -> MicroBatch:
                       blp, age, rewards, advantages, pad_tokens=int(b * S - attn.sum()))
 
 
-class Learner:
+class LocalLearner:
+    """The `Learner` protocol (`ulorl.learners.base`) in this process, on the model it is given."""
+
     def __init__(self, model: torch.nn.Module, train: TrainConfig, algo: AlgoConfig, temperature: float,
                  pad_id: int) -> None:
         self.model, self.train_cfg, self.algo, self.temperature, self.pad_id = model, train, algo, temperature, pad_id
@@ -158,7 +161,7 @@ class Learner:
         loss, m = policy_loss(logprobs, stale.old_logprobs, mb.advantages, mb.response_mask, dmmpt_mask=ent_mask,
                               eps_low=a.eps_low, eps_high=a.eps_high, agg=a.loss_agg, num_tokens=denom,
                               token_weights=stale.token_weights, extra_mask=stale.extra_mask)
-        return self.loss_hook(loss), m
+        return loss, m
 
     def _autocast(self):
         """`train.autocast`: the backbone's forward in a lower-precision compute dtype (no-op for "none")."""
@@ -168,7 +171,9 @@ class Learner:
 
     # -- one gradient update ---------------------------------------------------------------------
     def update(self, trajs: list[Trajectory], version: int, loss_keep: list[bool] | None = None) -> dict[str, float]:
-        """One gradient update on `trajs` (whole groups). `loss_keep[i]=False` drops sample i from the loss."""
+        """One gradient update on `trajs` (whole groups). `loss_keep[i]=False` drops sample i from the loss.
+
+        The metrics of `Learner.update` (`ulorl.learners.base`), `actor/lr` included."""
         adv = self.advantages(trajs)
         return {**self.update_on(trajs, adv, version, loss_keep), **advantage_metrics(adv)}
 
@@ -214,7 +219,7 @@ class Learner:
         acc = self._merge_metrics(acc)
         out = {k: v / n_tokens for k, v in acc.items() if not k.startswith("_")}
         out.update({k: v for k, v in acc.items() if k.startswith("_")})
-        return _finish_metrics(out, grad_norm, skipped, n_tokens)
+        return _finish_metrics(out, grad_norm, skipped, n_tokens, self.optimizer.param_groups[0]["lr"])
 
     def micro_batches(self, trajs: list[Trajectory], advantages: torch.Tensor, version: int,
                       loss_keep: list[bool] | None) -> list[MicroBatch]:
@@ -238,10 +243,6 @@ class Learner:
     def _merge_metrics(self, acc: dict[str, float]) -> dict[str, float]:
         """Merge the metric sums of all ranks (keys ending in `_max`: maximum; others: sum)."""
         return acc
-
-    def loss_hook(self, loss: torch.Tensor) -> torch.Tensor:
-        """Identity; tests replace it to inject faults (e.g. a NaN loss)."""
-        return loss
 
     def _grad_norm(self) -> float:
         clip = self.train_cfg.grad_clip
@@ -276,8 +277,9 @@ def advantage_metrics(adv: torch.Tensor) -> dict[str, float]:
             "critic/advantages/min": float(adv.min())}
 
 
-def _finish_metrics(acc: dict, grad_norm: float, skipped: bool, n_tokens: int) -> dict:
+def _finish_metrics(acc: dict, grad_norm: float, skipped: bool, n_tokens: int, lr: float) -> dict:
     out = {
+        "actor/lr": lr,
         "actor/entropy": acc.get("entropy", 0.0),
         "actor/pg_loss": acc.get("_pg_loss", 0.0),
         "actor/pg_clipfrac": acc.get("pg_clipfrac", 0.0),

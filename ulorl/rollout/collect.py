@@ -1,0 +1,114 @@
+"""The step rule of Algorithm 1: rollout rounds until the experience pool holds a batch.
+
+One call to `collect_batch` is the data half of one training step:
+
+1. a rollout round (`SegmentRollout.round`): continued samples from the unfinished
+   pool plus new prompt draws decode one segment each;
+2. the finished samples are scored by the `score` callable, which sets each
+   trajectory's `reward` and, once, its `loss_keep` (the overlong policy's decision);
+3. each finished sample joins its group in the experience pool; a group that becomes
+   complete passes dynamic sampling (DAPO; UloRL section 2.3: a group whose rewards are
+   all equal gives no gradient) and is admitted, or is dropped (`on_drop`);
+4. repeat until `n_groups` groups are admitted, then take exactly `n_groups` of them
+   (FIFO; leftovers wait for the next step).
+
+The trainer passes the real reward manager as `score`; the planner's simulator
+(`ulorl.plan.simulate`) passes a simulated scorer over the same pools and rollout,
+so both run this one rule.
+
+Deviations from the paper: DAPO refills the batch by sampling more prompts until it
+is full; here the refill is the next rollout round, so a step may take several rounds.
+A step that cannot fill its batch within `RoundLimits` ends with the error built by
+`stalled` (the trainer's: a `StallError` with `stall_report.json`).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+import torch
+
+from ulorl.algo import dynamic_sampling as dynamic_sampling_mask
+from ulorl.rollout.pools import ExperiencePool, UnfinishedPool
+from ulorl.rollout.segment import SegmentRollout
+from ulorl.trajectory import Trajectory
+
+if TYPE_CHECKING:
+    from ulorl.stall import StallWatch
+
+
+@dataclass(frozen=True)
+class RoundLimits:
+    """When a step gives up filling its batch."""
+
+    max_rounds: int  # rollout rounds in all (train.max_rounds_per_step)
+    max_idle_rounds: int  # rounds in a row that completed groups and admitted none (train.max_stall_rounds)
+
+
+@dataclass
+class Collected:
+    """A batch of whole groups and what the rounds that made it counted."""
+
+    batch: list[Trajectory]  # exactly n_groups whole groups, group by group
+    counts: Counter  # rounds, finished, new_prompts, reprefill, decoded, slots, prefill, prefill_padded, max_staleness,
+    # dropped_groups, gen_s, reward_s
+
+
+def collect_batch(rollout: SegmentRollout, unfinished: UnfinishedPool, experience: ExperiencePool, *,
+                  n_groups: int, version: int, step: int, score: Callable[[list[Trajectory]], None],
+                  dynamic_sampling: bool, limits: RoundLimits, watch: StallWatch,
+                  stalled: Callable[[int, str], Exception],
+                  on_drop: Callable[[list[Trajectory]], None] | None = None) -> Collected:
+    """Run rollout rounds until `n_groups` groups are admitted; take them.
+
+    `step` is the number of updates done (the new samples' `born_step`); `stalled(rounds, why)` builds the
+    error raised when `limits` are hit; `on_drop(group)` sees every group dynamic sampling drops."""
+    acc: Counter = Counter()
+    while experience.num_ready() < n_groups:
+        if acc["rounds"] >= limits.max_rounds or watch.idle_rounds >= limits.max_idle_rounds:
+            why = (f"no group admitted in {watch.idle_rounds} rollout rounds in a row (train.max_stall_rounds="
+                   f"{limits.max_idle_rounds})" if watch.idle_rounds >= limits.max_idle_rounds else
+                   f"no full batch of {n_groups} groups after {acc['rounds']} rollout rounds "
+                   f"(train.max_rounds_per_step={limits.max_rounds})")
+            raise stalled(acc["rounds"], why)
+        tg = time.time()
+        res = rollout.round(unfinished, version, step)
+        acc.update(rounds=1, finished=len(res.finished), new_prompts=res.new_prompts, reprefill=res.reprefill_tokens,
+                   decoded=res.decoded_tokens, slots=res.decode_slots, gen_s=time.time() - tg,
+                   prefill=res.prefill_tokens, prefill_padded=res.prefill_padded_tokens)
+        acc["max_staleness"] = max(acc["max_staleness"], res.max_staleness)
+        tr = time.time()
+        if res.finished:
+            score(res.finished)
+        completed, admitted = admit(experience, res.finished, dynamic_sampling, watch, acc, on_drop)
+        watch.end_round(completed, admitted, limits.max_idle_rounds)
+        acc["reward_s"] += time.time() - tr
+    return Collected([t for g in experience.take(n_groups) for t in g], acc)
+
+
+def admit(experience: ExperiencePool, finished: list[Trajectory], dynamic_sampling: bool, watch: StallWatch,
+          acc: Counter, on_drop: Callable[[list[Trajectory]], None] | None = None) -> tuple[int, int]:
+    """Finished (scored) samples join their group; complete groups pass dynamic sampling or are dropped.
+
+    Returns (groups completed, groups admitted)."""
+    completed = admitted = 0
+    for t in finished:
+        group = experience.add(t)
+        if group is None:
+            continue
+        completed += 1
+        ok = not dynamic_sampling or bool(dynamic_sampling_mask(torch.tensor([g.reward for g in group]),
+                                                                [g.group_id for g in group]).any())
+        if ok:
+            experience.admit(group)
+            admitted += 1
+        else:
+            if on_drop is not None:
+                on_drop(group)
+            acc["dropped_groups"] += 1
+        watch.record(group, ok)
+    return completed, admitted
