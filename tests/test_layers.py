@@ -9,6 +9,10 @@ A package's `__init__` is followed when it is imported by name (`from ulorl.task
 not when one of its submodules is (`from ulorl.reward.extract import ...`).
 
 The algorithm layer imports no config: `ulorl.algo` imports nothing from `ulorl` outside itself.
+Data imports no engine: `ulorl.data` reaches only itself, the built-in tasks, the errors and the
+config loader (cleaning, which samples models, sits above it in `ulorl.cleaning`).
+The loop drives rollout, never the reverse: `ulorl.rollout` reaches no trainer, session, learner or
+checkpoint. These three rules count every import, lazy ones inside functions included.
 """
 
 from __future__ import annotations
@@ -33,13 +37,13 @@ CONFIG_MAY_IMPORT = ("ulorl", "ulorl.errors", *CONFIG_MODULES, "ulorl.algo", "ul
                      "ulorl.logging", "ulorl.logging.")
 
 # never below the config: components are built from a config, not the reverse (a readable subset of the above)
-UPPER_LAYERS = ("ulorl.trainer", "ulorl.session", "ulorl.learner", "ulorl.checkpoint", "ulorl.cli", "ulorl.api",
+UPPER_LAYERS = ("ulorl.trainer", "ulorl.session", "ulorl.learners", "ulorl.recipe", "ulorl.checkpoint", "ulorl.cli", "ulorl.api",
                 "ulorl.sft", "ulorl.plan", "ulorl.models", "ulorl.rollout.segment", "ulorl.rollout.pools",
                 "ulorl.rollout.engines.hf", "ulorl.rollout.engines.torch_engine", "ulorl.rollout.engines.vllm",
                 "ulorl.distributed.placement", "ulorl.distributed.ray_engine", "ulorl.distributed.ray_learner",
                 "ulorl.distributed.sharded_learner", "ulorl.reward.manager", "ulorl.reward.pool", "ulorl.reward.rule",
-                "ulorl.reward.terms", "ulorl.evaluation.evaluate", "ulorl.evaluation.cli", "ulorl.data.loaders",
-                "ulorl.data.clean")
+                "ulorl.reward.terms", "ulorl.evaluation.evaluator", "ulorl.evaluation.cli", "ulorl.data.loaders",
+                "ulorl.cleaning")
 
 
 def _path(module: str) -> Path | None:
@@ -107,9 +111,6 @@ def test_upper_layers_are_not_allowed_to_config():
     assert not [m for m in UPPER_LAYERS if _allowed(m, CONFIG_MAY_IMPORT)]
 
 
-@pytest.mark.xfail(strict=True, reason="importing a submodule runs its package's __init__, and the __init__s of "
-                   "ulorl.data, ulorl.evaluation, ulorl.reward and ulorl.rollout.engines import their upper layers "
-                   "eagerly; lazy package __init__s (or a ulorl/config/ package) make this pass: drop the marker then")
 def test_importing_the_config_loads_no_upper_layer():
     code = "import sys, ulorl.config; print('\\n'.join(sys.modules))"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -119,9 +120,52 @@ def test_importing_the_config_loads_no_upper_layer():
     assert not upper, f"import ulorl.config loads {upper}"
 
 
-def test_algo_imports_no_config():
-    algo = sorted(p for p in (ROOT / "ulorl" / "algo").glob("*.py"))
-    for p in algo:
-        module = "ulorl.algo" if p.stem == "__init__" else f"ulorl.algo.{p.stem}"
-        outside = {m for m in _imports(module, everywhere=True) if not _allowed(m, ("ulorl.algo", "ulorl.algo."))}
-        assert not outside, f"{module} imports {sorted(outside)}: the algorithm layer takes plain arguments"
+def _reach(module: str) -> dict[str, str]:
+    """Every `ulorl` module reached from `module` through any import (lazy ones too) -> the chain."""
+    seen: dict[str, str] = {}
+    todo = [(m, f"{module} -> {m}") for m in _imports(module, everywhere=True)]
+    while todo:
+        mod, chain = todo.pop()
+        if mod in seen or _path(mod) is None:
+            continue
+        seen[mod] = chain
+        todo += [(m, f"{chain} -> {m}") for m in _imports(mod, everywhere=True)]
+    return seen
+
+
+def _members(package: str) -> list[str]:
+    root = ROOT.joinpath(*package.split("."))
+    return sorted(package if p.stem == "__init__" else f"{package}.{'.'.join(p.relative_to(root).with_suffix('').parts)}"
+                  for p in root.rglob("*.py"))
+
+
+# layer -> what it may reach: itself plus these (names, or package prefixes ending in ".")
+LEAF_RULES = {
+    "ulorl.algo": ("ulorl.algo", "ulorl.algo."),  # algo imports no config: hyper-parameters arrive as arguments
+    # data imports no engine, reward, evaluation or model
+    "ulorl.data": ("ulorl.data", "ulorl.data.", "ulorl.tasks", "ulorl.tasks.", "ulorl.errors", "ulorl.config_loader",
+                   "ulorl.config_hints", "ulorl.lazy_exports"),
+}
+NEVER_FROM_ROLLOUT = ("ulorl.trainer", "ulorl.session", "ulorl.recipe", "ulorl.learners", "ulorl.checkpoint",
+                      "ulorl.distributed")
+
+
+@pytest.mark.parametrize("layer", sorted(LEAF_RULES))
+def test_leaf_layers_reach_only_what_they_may(layer):
+    bad = [chain for m in _members(layer) for dep, chain in _reach(m).items() if not _allowed(dep, LEAF_RULES[layer])]
+    assert not bad, f"{layer} may reach only {LEAF_RULES[layer]}:\n" + "\n".join(sorted(set(bad)))
+
+
+def test_the_loop_drives_rollout_never_the_reverse():
+    up = tuple(u for n in NEVER_FROM_ROLLOUT for u in (n, n + "."))
+    bad = [chain for m in _members("ulorl.rollout") for dep, chain in _reach(m).items() if _allowed(dep, up)]
+    assert not bad, "rollout reaches the loop:\n" + "\n".join(sorted(set(bad)))
+
+
+def test_the_checker_sees_a_lazy_import(tmp_path, monkeypatch):
+    # a function-level import in a data module counts: the rule cannot be dodged by importing late
+    probe = tmp_path / "probe.py"
+    probe.write_text("def f():\n    from ulorl.rollout.engines.base import Engine\n    return Engine\n")
+    real = _path
+    monkeypatch.setitem(globals(), "_path", lambda m: probe if m == "ulorl.data.probe" else real(m))
+    assert "ulorl.rollout.engines.base" in _reach("ulorl.data.probe")

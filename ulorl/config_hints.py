@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import difflib
 
-from ulorl.rollout.engines.registry import EngineName
-
 # verl key -> ulorl equivalent (a dotted key, a CLI flag, or a note starting with "none")
 VERL_KEYS: dict[str, str] = {
     "data.train_files": "data.train (a path or a list of paths)",
@@ -41,7 +39,7 @@ VERL_KEYS: dict[str, str] = {
     "actor_rollout_ref.actor.entropy_coeff": "none: entropy is held by algo.entropy_mask=dmmpt and algo.sigma",
     "actor_rollout_ref.actor.use_kl_loss": "none: no KL term (DAPO recipe)",
     "actor_rollout_ref.rollout.n": "rollout.group_size",
-    "actor_rollout_ref.rollout.name": f"rollout.engine ({' | '.join(e.value for e in EngineName)})",
+    "actor_rollout_ref.rollout.name": "rollout.engine",
     "actor_rollout_ref.rollout.temperature": "rollout.temperature",
     "actor_rollout_ref.rollout.top_p": "rollout.top_p",
     "actor_rollout_ref.rollout.top_k": "rollout.top_k",

@@ -5,9 +5,20 @@ engine. Cleaning, which samples models and scores answers, lives above it in
 :mod:`ulorl.cleaning`.
 """
 
-from ulorl.data.config import BUILTIN_CHAIN, BadRowPolicy, DataConfig, DataFormat
-from ulorl.data.loaders import load_prompts, load_source, render_prompt
-from ulorl.data.records import DataError, LoadReport, PromptRecord
+from ulorl.lazy_exports import lazy_exports
 
-__all__ = ["BUILTIN_CHAIN", "BadRowPolicy", "DataConfig", "DataError", "DataFormat", "LoadReport", "PromptRecord",
-           "load_prompts", "load_source", "render_prompt"]
+# public name -> the submodule that defines it, imported on first use (see ulorl/lazy_exports.py)
+_EXPORTS = {
+    "BadRowPolicy": "config",
+    "BUILTIN_CHAIN": "config",
+    "DataConfig": "config",
+    "DataError": "records",
+    "DataFormat": "config",
+    "load_prompts": "loaders",
+    "load_source": "loaders",
+    "LoadReport": "records",
+    "PromptRecord": "records",
+    "render_prompt": "loaders",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

@@ -11,7 +11,7 @@ from ulorl.config_loader import ConfigError
 from ulorl.data.config import DataConfig
 from ulorl.data.loaders import load_source
 from ulorl.evaluation.config import EvalConfig
-from ulorl.evaluation.evaluate import EvalResult, evaluate
+from ulorl.evaluation.evaluator import EvalResult, evaluate
 from ulorl.reward.cli_args import add_reward_arguments, reward_config_from_args
 
 _DEFAULTS = {f.name: f.default for f in fields(EvalConfig) if f.name != "pass_k"}

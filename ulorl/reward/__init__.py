@@ -18,34 +18,30 @@ See ``docs/rewards.md``. Importing this package does not import torch,
 transformers or math-verify (they load on first use).
 """
 
-from ulorl.reward.config import RewardConfig, RewardFnConfig
-from ulorl.reward.extract import Extractor, extract_answer, register_extractor
-from ulorl.reward.judge import GenerativeVerifier, JudgeMode, parse_verdict
-from ulorl.reward.manager import RewardManager
-from ulorl.reward.overlong import OverlongPolicy, apply_overlong_policy
-from ulorl.reward.registry import BuiltinReward, RewardStyle, load_function
-from ulorl.reward.rule import RuleVerifier, Status, Verdict
-from ulorl.reward.terms import RewardError, RewardFunctionError, RewardValueError
+from ulorl.lazy_exports import lazy_exports
 
-__all__ = [
-    "BuiltinReward",
-    "Extractor",
-    "GenerativeVerifier",
-    "JudgeMode",
-    "OverlongPolicy",
-    "RewardConfig",
-    "RewardError",
-    "RewardFnConfig",
-    "RewardFunctionError",
-    "RewardManager",
-    "RewardStyle",
-    "RewardValueError",
-    "RuleVerifier",
-    "Status",
-    "Verdict",
-    "apply_overlong_policy",
-    "extract_answer",
-    "load_function",
-    "parse_verdict",
-    "register_extractor",
-]
+# public name -> the submodule that defines it, imported on first use (see ulorl/lazy_exports.py)
+_EXPORTS = {
+    "apply_overlong_policy": "overlong",
+    "BuiltinReward": "registry",
+    "extract_answer": "extract",
+    "Extractor": "extract",
+    "GenerativeVerifier": "judge",
+    "JudgeMode": "judge",
+    "load_function": "registry",
+    "OverlongPolicy": "overlong",
+    "parse_verdict": "judge",
+    "register_extractor": "extract",
+    "RewardConfig": "config",
+    "RewardError": "terms",
+    "RewardFnConfig": "config",
+    "RewardFunctionError": "terms",
+    "RewardManager": "manager",
+    "RewardStyle": "registry",
+    "RewardValueError": "terms",
+    "RuleVerifier": "rule",
+    "Status": "rule",
+    "Verdict": "rule",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)

@@ -1,8 +1,16 @@
 """Generation engines behind one protocol: torch (default, CPU and CUDA), HF (any transformers LM) and vLLM (GPU)."""
 
-from ulorl.rollout.engines.base import Engine, EngineStats, GenerationOutput, SamplingParams
-from ulorl.rollout.engines.hf import HFEngine
-from ulorl.rollout.engines.registry import EngineName
-from ulorl.rollout.engines.torch_engine import TorchEngine
+from ulorl.lazy_exports import lazy_exports
 
-__all__ = ["Engine", "EngineName", "EngineStats", "GenerationOutput", "HFEngine", "SamplingParams", "TorchEngine"]
+# public name -> the submodule that defines it, imported on first use (see ulorl/lazy_exports.py)
+_EXPORTS = {
+    "Engine": "base",
+    "EngineName": "registry",
+    "EngineStats": "base",
+    "GenerationOutput": "base",
+    "HFEngine": "hf",
+    "SamplingParams": "base",
+    "TorchEngine": "torch_engine",
+}
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
+__all__ = sorted(_EXPORTS)
