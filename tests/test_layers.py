@@ -81,8 +81,11 @@ def _imports(module: str, everywhere: bool) -> set[str]:
     return {m for m in out if m == "ulorl" or m.startswith("ulorl.")}
 
 
-def _closure(module: str) -> dict[str, str]:
-    """Every `ulorl` module reached from `module` -> the chain that reaches it ("a -> b -> c")."""
+def _reach(module: str, lazy: bool = True, stop: tuple[str, ...] = ()) -> dict[str, str]:
+    """Every `ulorl` module reached from `module` -> the chain that reaches it ("a -> b -> c").
+
+    `module`'s own imports count wherever they are; those of the modules it reaches count inside functions
+    too when `lazy`. A module in `stop` is reached but not followed (it is checked as its own entry)."""
     seen: dict[str, str] = {}
     todo = [(m, f"{module} -> {m}") for m in _imports(module, everywhere=True)]
     while todo:
@@ -90,8 +93,8 @@ def _closure(module: str) -> dict[str, str]:
         if mod in seen or _path(mod) is None:
             continue
         seen[mod] = chain
-        if mod not in CONFIG_MODULES:  # a config module's own imports are checked as its own entry
-            todo += [(m, f"{chain} -> {m}") for m in _imports(mod, everywhere=False)]
+        if mod not in stop:
+            todo += [(m, f"{chain} -> {m}") for m in _imports(mod, everywhere=lazy)]
     return seen
 
 
@@ -102,7 +105,8 @@ def _allowed(module: str, allowed: tuple[str, ...]) -> bool:
 @pytest.mark.parametrize("module", CONFIG_MODULES)
 def test_config_modules_are_leaves(module):
     assert _path(module), f"{module} has moved: update CONFIG_MODULES"
-    bad = {m: chain for m, chain in _closure(module).items() if not _allowed(m, CONFIG_MAY_IMPORT)}
+    reached = _reach(module, lazy=False, stop=CONFIG_MODULES)
+    bad = {m: chain for m, chain in reached.items() if not _allowed(m, CONFIG_MAY_IMPORT)}
     assert not bad, "config imports above its layer:\n" + "\n".join(sorted(bad.values()))
 
 
@@ -118,19 +122,6 @@ def test_importing_the_config_loads_no_upper_layer():
                             check=True).stdout.split()
     upper = sorted(m for m in loaded if any(m == u or m.startswith(u + ".") for u in UPPER_LAYERS))
     assert not upper, f"import ulorl.config loads {upper}"
-
-
-def _reach(module: str) -> dict[str, str]:
-    """Every `ulorl` module reached from `module` through any import (lazy ones too) -> the chain."""
-    seen: dict[str, str] = {}
-    todo = [(m, f"{module} -> {m}") for m in _imports(module, everywhere=True)]
-    while todo:
-        mod, chain = todo.pop()
-        if mod in seen or _path(mod) is None:
-            continue
-        seen[mod] = chain
-        todo += [(m, f"{chain} -> {m}") for m in _imports(mod, everywhere=True)]
-    return seen
 
 
 def _members(package: str) -> list[str]:

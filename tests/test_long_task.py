@@ -150,6 +150,6 @@ def test_long_model_preset(tmp_path, monkeypatch):
     cfg = json.loads((d / "config.json").read_text())
     assert cfg["rope_parameters"]["rope_theta"] == 10.0 and cfg["max_position_embeddings"] == 8192
     model = load_model("builtin:long")
-    assert float(model.model.layers[0].self_attn.q_norm.weight.mean()) == 2.0
+    assert float(model.model.layers[0].self_attn.q_norm.weight.detach().mean()) == 2.0
     with pytest.raises(ValueError, match="default.*long"):
         resolve_model_path("builtin:huge")
