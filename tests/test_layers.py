@@ -37,7 +37,8 @@ CONFIG_MAY_IMPORT = ("ulorl", "ulorl.errors", *CONFIG_MODULES, "ulorl.algo", "ul
                      "ulorl.logging", "ulorl.logging.")
 
 # never below the config: components are built from a config, not the reverse (a readable subset of the above)
-UPPER_LAYERS = ("ulorl.trainer", "ulorl.session", "ulorl.learners", "ulorl.recipe", "ulorl.checkpoint", "ulorl.cli", "ulorl.api",
+UPPER_LAYERS = ("ulorl.trainer", "ulorl.session", "ulorl.learners", "ulorl.recipe", "ulorl.checkpoint", "ulorl.cli",
+                "ulorl.api",
                 "ulorl.sft", "ulorl.plan", "ulorl.models", "ulorl.rollout.segment", "ulorl.rollout.pools",
                 "ulorl.rollout.engines.hf", "ulorl.rollout.engines.torch_engine", "ulorl.rollout.engines.vllm",
                 "ulorl.distributed.placement", "ulorl.distributed.ray_engine", "ulorl.distributed.ray_learner",
@@ -125,9 +126,13 @@ def test_importing_the_config_loads_no_upper_layer():
 
 
 def _members(package: str) -> list[str]:
+    """`package` and every module below it (a sub-package by its name, not as `...__init__`)."""
     root = ROOT.joinpath(*package.split("."))
-    return sorted(package if p.stem == "__init__" else f"{package}.{'.'.join(p.relative_to(root).with_suffix('').parts)}"
-                  for p in root.rglob("*.py"))
+    out = []
+    for p in root.rglob("*.py"):
+        parts = p.relative_to(root).with_suffix("").parts
+        out.append(".".join((package, *(parts[:-1] if parts[-1] == "__init__" else parts))))
+    return sorted(out)
 
 
 # layer -> what it may reach: itself plus these (names, or package prefixes ending in ".")
