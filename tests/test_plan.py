@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from ulorl.cli import main
-from ulorl.plan import (CostError, CostModel, LengthSpecError, Workload, fit_linear, fit_to_table, lengths_from_run,
-                        parse_lengths, predict, recommend, simulate, simulate_all)
+from ulorl.plan import (CostError, CostModel, LengthSpecError, Pipeline, Workload, fit_linear, fit_to_table,
+                        lengths_from_run, overlap_bound, parse_lengths, predict, recommend, simulate, simulate_all)
 from ulorl.plan.simulate import choose_scale
 
 
@@ -120,6 +120,44 @@ def test_recommend_prefers_the_smallest_m_within_tolerance():
     assert recommend(rows, 0.05) == 2 and recommend(rows, 0.0) == 8
 
 
+def test_sync_sums_the_phases_and_overlap_hides_the_shorter_side():
+    cost = CostModel(prefill_token=0.01, decode_fixed=0.5, reward_sample=0.1, update_fixed=3.0, sync_fixed=0.4)
+    counts = {"prefill_tokens": 100, "iterations": 10, "finished": 8, "updates": 1, "syncs": 1}
+    # prefill 0.01 x 100 = 1.0, decode 0.5 x 10 = 5.0, reward 0.1 x 8 = 0.8 -> generation 6.8; update 3.0; sync 0.4
+    assert cost.phases(counts) == pytest.approx({"prefill": 1.0, "decode": 5.0, "reward": 0.8, "update": 3.0,
+                                                 "sync": 0.4})
+    assert cost.step_time(counts) == pytest.approx(10.2) == pytest.approx(cost.time(counts))  # 6.8 + 3.0 + 0.4
+    assert cost.step_time(counts, "overlap") == pytest.approx(7.2)  # max(6.8, 3.0) + 0.4
+    assert overlap_bound(cost.phases(counts)) == pytest.approx(9.8 / 6.8)  # (6.8 + 3.0) / max(6.8, 3.0)
+    # update-bound: update 9.0 -> sync 6.8 + 9.0 + 0.4 = 16.2, overlap max(6.8, 9.0) + 0.4 = 9.4, bound 15.8 / 9.0
+    slow = CostModel(**{**cost.to_dict(), "update_fixed": 9.0})
+    assert (slow.step_time(counts, Pipeline.SYNC), slow.step_time(counts, Pipeline.OVERLAP)) == pytest.approx((16.2,
+                                                                                                                9.4))
+    assert overlap_bound(slow.phases(counts)) == pytest.approx(15.8 / 9.0)
+    assert CostModel().sync_fixed == 0.0  # weights shared or copied in memory: no sync cost unless set
+    with pytest.raises(CostError, match="sync, overlap"):
+        cost.step_time(counts, "async")
+
+
+def test_overlap_rows_and_recommendation_per_pipeline():
+    # the two-point case above: decode 1 s per iteration -> generation 20 s at M=1, ~12.5 s at M=4; update 25 s.
+    # sync: 45 s and ~37.5 s -> M=4 (1.2x). overlap: max(20, 25) = 25 s and max(12.5, 25) = 25 s -> the update hides
+    # the rollout gain, so the smallest M within tolerance is M=1 (fresher segments). Bounds 45/25 = 1.8, 37.5/25.
+    kw = dict(L=20, G=1, decode_batch=2, train_groups=2, steps=40, warmup=4)
+    sims = {m: simulate(Cycle([[5], [20]]), M=m, **kw) for m in (1, 4)}
+    cost = CostModel(decode_fixed=1.0, update_fixed=25.0)
+    sync, over = predict(sims, cost), predict(sims, cost, "overlap")
+    assert [r.pipeline for r in sync + over] == ["sync"] * 2 + ["overlap"] * 2
+    assert sync[0].step_s == 45.0 and sync[1].step_s == pytest.approx(37.5, abs=0.25)
+    assert [r.step_s for r in over] == [25.0, 25.0] and [r.speedup for r in over] == [1.0, 1.0]
+    assert sync[0].overlap_bound == over[0].overlap_bound == pytest.approx(1.8)
+    assert sync[1].overlap_bound == pytest.approx(37.5 / 25, abs=0.01)
+    assert recommend(sync) == 4 and recommend(over) == 1
+    # every segment is one policy version older under overlap
+    assert [o.staleness - s.staleness for s, o in zip(sync, over)] == pytest.approx([1.0, 1.0])
+    assert sync[0].staleness == 0.0 and over[0].staleness == 1.0
+
+
 def write_run(tmp_path, n_groups=12):
     run = tmp_path / "run"
     run.mkdir()
@@ -173,6 +211,34 @@ def test_cli_plans_from_a_run_folder(tmp_path, capsys):
     assert CostModel.load(tmp_path / "fit.json").decode_fixed > 0
 
 
+def test_cli_pipeline_both_and_overlap(tmp_path, capsys):
+    # every answer 40 tokens (L=160, G=8, 64 rows, 8 groups): 40 decode iterations per step at every M.
+    # decode 0.1 s -> generation 4.0 s; update 3.0 s; --sync-s 0.5: sync 4 + 3 + 0.5 = 7.5 s, overlap
+    # max(4, 3) + 0.5 = 4.5 s (1.67x), bound (4 + 3) / 4 = 1.75x
+    cost = tmp_path / "cost.json"
+    CostModel(decode_fixed=0.1, update_fixed=3.0).save(cost)
+    base = ["plan", "--lengths", "fixed:length=40", "--max-len", "160", "--segments", "1,2", "--cost", str(cost),
+            "--sync-s", "0.5", "--steps", "3", "--warmup", "2"]
+    assert main([*base, "--pipeline", "both", "--json"]) == 0
+    res = json.loads(capsys.readouterr().out)
+    by = res["by_pipeline"]
+    assert [r["step_s"] for r in by["sync"]["rows"]] == pytest.approx([7.5, 7.5])
+    assert [r["step_s"] for r in by["overlap"]["rows"]] == pytest.approx([4.5, 4.5])
+    assert [r["overlap_bound"] for r in by["overlap"]["rows"]] == pytest.approx([1.75, 1.75])
+    assert by["sync"]["recommended"] == by["overlap"]["recommended"] == 1 and res["cost"]["sync_fixed"] == 0.5
+    assert main([*base, "--pipeline", "both"]) == 0
+    out = capsys.readouterr().out
+    row = next(ln.split() for ln in out.splitlines() if ln.strip().startswith("1 "))
+    assert row[1:5] == ["7.5", "4.5", "1.67x", "1.75x"] and "recommended: sync M=1, overlap M=1" in out
+    assert main([*base, "--pipeline", "overlap"]) == 0
+    out = capsys.readouterr().out
+    assert "pipeline=overlap" in out and "M=1 1.75x" in out
+    assert next(ln.split() for ln in out.splitlines() if ln.strip().startswith("2 "))[1] == "4.5"
+    with pytest.raises(SystemExit):  # argparse: invalid choice
+        main([*base, "--pipeline", "async"])
+    assert "invalid choice" in capsys.readouterr().err
+
+
 @pytest.mark.parametrize("argv, field", [
     (["--lengths", "lognormal:median=10", "--max-len", "160"], "sigma"),
     (["--lengths", "lognormal:median=-1,sigma=1", "--max-len", "160"], "median"),
@@ -184,6 +250,7 @@ def test_cli_plans_from_a_run_folder(tmp_path, capsys):
     (["--lengths", "fixed:length=10", "--max-len", "160", "--fit-table", "1=2", "--fit-free", "speed"], "speed"),
     (["--lengths", "fixed:length=10", "--max-len", "160", "--prompt-len", "0", "--fit-table", "1=2"], "prompt-len"),
     (["--lengths", "fixed:length=10", "--max-len", "160"], "--cost"),
+    (["--lengths", "fixed:length=10", "--max-len", "160", "--fit-table", "1=2", "--sync-s", "-1"], "--sync-s"),
 ])
 def test_cli_bad_input_names_the_field(argv, field, capsys):
     assert main(["plan", *argv, "--steps", "2", "--warmup", "1"]) == 2

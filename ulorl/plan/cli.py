@@ -2,12 +2,14 @@
 
     ulorl plan --lengths-from runs/demo --calibrate
     ulorl plan --lengths lognormal:median=16384,sigma=0.82 --max-len 65536 --decode-batch 1024 \
-        --train-groups 128 --paged --fit-table 1=1240,2=774
+        --train-groups 128 --paged --fit-table 1=1240,2=774 --pipeline both
 
 Length distribution: `--lengths-from RUN_DIR` (its samples.jsonl, resampled by whole groups; settings default to
 the run's config.yaml) or `--lengths SPEC` (see `ulorl.plan.lengths`). Cost model: `--cost FILE.json`,
 `--calibrate` (measure this machine with the built-in model, ~1-2 min), or `--fit-table M=seconds,...` (fit the
-`--fit-free` fields to measured step times, the others from `--cost` or zero).
+`--fit-free` fields to measured step times, the others from `--cost` or zero; the fit is always on `sync`
+steps, how the measured runs ran). `--pipeline sync | overlap | both`: how rollout and update share a step
+(`ulorl.plan.cost.Pipeline`); `both` prints the two predictions side by side with the overlap bound.
 """
 
 from __future__ import annotations
@@ -17,9 +19,10 @@ import json
 import sys
 from pathlib import Path
 
-from ulorl.plan.cost import FEATURES, CostError, CostModel
+from ulorl.plan.cost import FEATURES, CostError, CostModel, Pipeline
 from ulorl.plan.lengths import LengthSpecError, lengths_from_run, parse_lengths
-from ulorl.plan.planner import Workload, fit_to_table, format_table, predict, recommend, simulate_all
+from ulorl.plan.planner import (Workload, fit_to_table, format_compare, format_table, predict, recommend,
+                                simulate_all)
 
 
 class PlanError(ValueError):
@@ -49,6 +52,13 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
                       f"{', '.join(FEATURES.values())})")
     cost.add_argument("--paged", action="store_true", help="unpadded prefill and contexts (vLLM-style engine)")
     cost.add_argument("--save-cost", metavar="FILE", help="write the cost model used")
+    cost.add_argument("--pipeline", choices=[*(m.value for m in Pipeline), "both"], default="sync",
+                      help="sync: step = generation + update + sync; overlap: max(generation, update) + sync "
+                      "(next batch generated during the update, one version staler); both: side by side "
+                      "(default sync)")
+    cost.add_argument("--sync-s", type=float, default=None, metavar="S",
+                      help="seconds per weight sync learner -> engine (cost field sync_fixed; default: the cost "
+                      "model's, 0 when weights are shared in memory)")
     sim = p.add_argument_group("simulation")
     sim.add_argument("--steps", type=int, default=30, help="simulated steps measured (default 30)")
     sim.add_argument("--warmup", type=int, default=8, help="simulated steps before measuring (default 8)")
@@ -151,6 +161,10 @@ def run_plan(args) -> int:
             cost, _ = calibrate_builtin(quick=True)
         if args.paged:
             cost.padded = False
+        if args.sync_s is not None:
+            if not args.sync_s >= 0:
+                raise PlanError(f"--sync-s={args.sync_s} must be a number of seconds >= 0")
+            cost = CostModel.from_dict({**cost.to_dict(), "sync_fixed": args.sync_s})
         sims = simulate_all(w, segments, cost.padded)
         if table:
             cost = fit_to_table(sims, table, free, cost)
@@ -159,15 +173,35 @@ def run_plan(args) -> int:
         return 2
     if args.save_cost:
         cost.save(args.save_cost)
-    rows = predict(sims, cost)
-    rec = recommend(rows, args.tolerance)
+    modes = list(Pipeline) if args.pipeline == "both" else [Pipeline(args.pipeline)]
+    by_mode = {m: predict(sims, cost, m) for m in modes}
+    recs = {m: recommend(rows, args.tolerance) for m, rows in by_mode.items()}
+    first = modes[0]
     if args.json:
-        print(json.dumps({"lengths": described, "workload": {k: v for k, v in vars(w).items() if k != "lengths"},
-                          "cost": cost.to_dict(), "rows": [r.to_dict() for r in rows], "recommended": rec}))
+        out = {"lengths": described, "workload": {k: v for k, v in vars(w).items() if k != "lengths"},
+               "cost": cost.to_dict(), "pipeline": args.pipeline, "rows": [r.to_dict() for r in by_mode[first]],
+               "recommended": recs[first]}
+        if len(modes) > 1:
+            out["by_pipeline"] = {m.value: {"rows": [r.to_dict() for r in by_mode[m]], "recommended": recs[m]}
+                                  for m in modes}
+        print(json.dumps(out))
         return 0
     print(f"lengths: {described}\nL={w.max_len}  G={w.group_size}  decode batch={w.decode_batch}  "
           f"train groups={w.train_groups}  prompt={w.prompt_len}  drop rate={w.drop_rate:.2f}  "
-          f"engine={'padded (HF)' if cost.padded else 'paged'}")
-    print(format_table(rows, rec))
-    print(f"recommended: M={rec} (smallest M within {args.tolerance:.0%} of the fastest predicted step)")
+          f"engine={'padded (HF)' if cost.padded else 'paged'}  sync={cost.sync_fixed:.3g} s/update")
+    within = f"smallest M within {args.tolerance:.0%} of the fastest predicted step"
+    if len(modes) > 1:
+        print("step s: sync = generation + update + sync; overlap = max(generation, update) + sync\n"
+              "bound = (generation + update) / max(generation, update); staleness: sync/overlap")
+        print(format_compare(by_mode[Pipeline.SYNC], by_mode[Pipeline.OVERLAP], recs[Pipeline.SYNC],
+                             recs[Pipeline.OVERLAP]))
+        print(f"recommended: sync M={recs[Pipeline.SYNC]}, overlap M={recs[Pipeline.OVERLAP]} ({within})")
+        return 0
+    rows = by_mode[first]
+    if first is Pipeline.OVERLAP:
+        print("pipeline=overlap: step s = max(prefill + decode + reward, update) + sync")
+    print(format_table(rows, recs[first]))
+    print("overlap bound (generation + update) / max(generation, update): "
+          + ", ".join(f"M={r.M} {r.overlap_bound:.2f}x" for r in rows))
+    print(f"recommended: M={recs[first]} ({within})")
     return 0

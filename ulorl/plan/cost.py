@@ -13,6 +13,24 @@ distribution and M; the cost model gives each count a price:
            + reward_sample   * finished        (samples scored)
            + update_fixed    * updates         (one per step)
            + update_token    * trained_tokens  (prompt + response tokens of the trained batch)
+           + sync_fixed      * syncs           (weight syncs learner -> engine: one per update)
+
+How the phases make a step depends on the pipeline (`Pipeline`, registry `PIPELINES`):
+
+    sync     step_s = generation + update + sync            (the sum above)
+    overlap  step_s = max(generation, update) + sync        (the engine fills step k+1's batch with the
+                                                             weights of update k-1 while update k runs)
+
+with generation = prefill + decode + reward. In `overlap` every segment is one policy version older (staleness
++1, fixed by the step number), which POIS trains as it trains any stale segment. The most overlap can gain is
+`overlap_bound` = (generation + update) / max(generation, update), reached when the sync is free.
+
+`sync_fixed` defaults to 0: on CPU (and the colocated engines) the engine reads the learner's weights in memory,
+and a fitted `update_fixed` already holds whatever sync a measured step had. Set it for separate engine and
+learner devices, where the weights cross NCCL/IPC once per update (bytes of the weights / link bandwidth).
+Deviation: both modes price each phase with the same coefficients, i.e. the engine and the learner keep the
+devices they have in `sync` mode; if overlap splits one set of GPUs between them, fit or set each phase's
+costs for its own share.
 
 On a memory-bound GPU `decode_fixed` (reading the weights) and `decode_ctx`
 (reading the KV cache) dominate and `decode_row` is ~0: an idle slot costs as much
@@ -23,7 +41,9 @@ model `decode_row` and the per-iteration Python overhead dominate.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
+from enum import Enum
 from pathlib import Path
 
 import numpy as np
@@ -39,13 +59,16 @@ FEATURES: dict[str, str] = {
     "finished": "reward_sample",
     "updates": "update_fixed",
     "trained_tokens": "update_token",
+    "syncs": "sync_fixed",
 }
 PHASES: dict[str, tuple[str, ...]] = {  # which counts make up which part of a step
     "prefill": ("rounds", "prefill_tokens", "prefill_sq"),
     "decode": ("iterations", "row_iters", "ctx_sum"),
     "reward": ("finished",),
     "update": ("updates", "trained_tokens"),
+    "sync": ("syncs",),
 }
+GENERATION: tuple[str, ...] = ("prefill", "decode", "reward")  # the phases the engine side runs
 
 
 class CostError(ValueError):
@@ -65,6 +88,7 @@ class CostModel:
     reward_sample: float = 0.0  # s per scored sample
     update_fixed: float = 0.0  # s per update
     update_token: float = 0.0  # s per trained token
+    sync_fixed: float = 0.0  # s per weight sync learner -> engine (0: weights shared or copied in memory, CPU)
     padded: bool = True  # contexts and prefills padded to the longest prefix of a call (HF engine); False: paged
 
     def __post_init__(self) -> None:
@@ -78,8 +102,12 @@ class CostModel:
         return sum(getattr(self, FEATURES[k]) * float(v) for k, v in counts.items() if k in FEATURES)
 
     def phases(self, counts: dict[str, float]) -> dict[str, float]:
-        """Predicted seconds per phase (prefill, decode, reward, update)."""
+        """Predicted seconds per phase (prefill, decode, reward, update, sync)."""
         return {p: self.time({k: counts.get(k, 0.0) for k in ks}) for p, ks in PHASES.items()}
+
+    def step_time(self, counts: dict[str, float], pipeline: "Pipeline | str" = "sync") -> float:
+        """Predicted seconds per step for `counts` when rollout and update run as `pipeline`."""
+        return PIPELINES[parse_pipeline(pipeline)].step(self.phases(counts))
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -104,6 +132,44 @@ class CostModel:
         if not isinstance(d, dict):
             raise CostError(f"{path}: expected a JSON object of cost fields")
         return cls.from_dict(d)
+
+
+class Pipeline(str, Enum):
+    """How a step's rollout rounds and its update share time (`train.pipeline`)."""
+
+    SYNC = "sync"  # generate the batch, then update on it, then sync the weights
+    OVERLAP = "overlap"  # generate step k+1's batch with version k-1 while update k runs
+
+
+def generation_s(phases: dict[str, float]) -> float:
+    """Seconds of the engine side of a step: prefill + decode + reward."""
+    return sum(phases.get(p, 0.0) for p in GENERATION)
+
+
+def overlap_bound(phases: dict[str, float]) -> float:
+    """(generation + update) / max(generation, update): the most `overlap` can gain over `sync` (free sync)."""
+    gen, upd = generation_s(phases), phases.get("update", 0.0)
+    return (gen + upd) / max(gen, upd) if max(gen, upd) > 0 else 1.0
+
+
+@dataclass(frozen=True)
+class PipelineRule:
+    step: Callable[[dict[str, float]], float]  # seconds per phase -> seconds per step
+    lag: int  # policy versions added to every segment's staleness
+
+
+PIPELINES: dict[Pipeline, PipelineRule] = {
+    Pipeline.SYNC: PipelineRule(lambda p: sum(p.values()), lag=0),
+    Pipeline.OVERLAP: PipelineRule(lambda p: max(generation_s(p), p.get("update", 0.0)) + p.get("sync", 0.0), lag=1),
+}
+
+
+def parse_pipeline(value: "Pipeline | str") -> Pipeline:
+    """`Pipeline(value)`; an unknown name fails with the valid ones."""
+    try:
+        return Pipeline(value)
+    except ValueError:
+        raise CostError(f"pipeline={value!r}: valid values are {', '.join(m.value for m in Pipeline)}") from None
 
 
 def fit_linear(rows: list[dict[str, float]], times: list[float], free: list[str],

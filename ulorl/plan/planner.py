@@ -3,13 +3,17 @@
 The recommendation is the *smallest* M whose predicted step time is within
 `tolerance` (default 5%) of the fastest: a larger M means staler segments (POIS
 trains them with the current policy as pi_old), so it must pay for itself.
+
+`predict(..., pipeline=)` combines the phases as `sync` (their sum) or `overlap` (max(generation, update) +
+sync; see `ulorl.plan.cost`); the simulated counts are the same for both, since the lengths drawn do not depend
+on the policy version. Each mode is recommended on its own rows; `compare` puts the two side by side.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ulorl.plan.cost import CostModel, fit_linear
+from ulorl.plan.cost import PIPELINES, CostModel, Pipeline, fit_linear, generation_s, overlap_bound, parse_pipeline
 from ulorl.plan.lengths import LengthDistribution
 from ulorl.plan.simulate import SimResult, simulate
 
@@ -55,11 +59,14 @@ class PlanRow:
     rounds: float  # per step
     iterations: float  # decode iterations per step
     phases: dict[str, float]  # predicted seconds per phase
+    pipeline: str = "sync"  # how step_s combines the phases (ulorl.plan.cost.Pipeline)
+    overlap_bound: float = 1.0  # (generation + update) / max(generation, update), whatever the pipeline
 
     def to_dict(self) -> dict:
         return {"M": self.M, "step_s": self.step_s, "speedup": self.speedup, "utilisation": self.utilisation,
                 "reprefill_share": self.reprefill_share, "staleness": self.staleness, "rounds": self.rounds,
-                "iterations": self.iterations, "phases": self.phases}
+                "iterations": self.iterations, "phases": self.phases, "pipeline": self.pipeline,
+                "overlap_bound": self.overlap_bound}
 
 
 def simulate_all(w: Workload, segments: list[int], padded: bool) -> dict[int, SimResult]:
@@ -72,14 +79,19 @@ def simulate_all(w: Workload, segments: list[int], padded: bool) -> dict[int, Si
             for m in segments}
 
 
-def predict(sims: dict[int, SimResult], cost: CostModel) -> list[PlanRow]:
-    base = cost.time(sims[min(sims)].counts)
+def predict(sims: dict[int, SimResult], cost: CostModel, pipeline: Pipeline | str = Pipeline.SYNC) -> list[PlanRow]:
+    """One row per M: seconds per step under `pipeline`, speedup over the smallest M under the same pipeline."""
+    mode = parse_pipeline(pipeline)
+    rule = PIPELINES[mode]
+    base = cost.step_time(sims[min(sims)].counts, mode)
     rows = []
     for m, r in sorted(sims.items()):
-        t = cost.time(r.counts)
+        phases = cost.phases(r.counts)
+        t = rule.step(phases)
         rows.append(PlanRow(M=m, step_s=t, speedup=base / t if t > 0 else float("nan"), utilisation=r.utilisation,
-                            reprefill_share=r.reprefill_share, staleness=r.mean_staleness, rounds=r.counts["rounds"],
-                            iterations=r.counts["iterations"], phases=cost.phases(r.counts)))
+                            reprefill_share=r.reprefill_share, staleness=r.mean_staleness + rule.lag,
+                            rounds=r.counts["rounds"], iterations=r.counts["iterations"], phases=phases,
+                            pipeline=mode.value, overlap_bound=overlap_bound(phases)))
     return rows
 
 
@@ -99,13 +111,26 @@ def fit_to_table(sims: dict[int, SimResult], table: dict[int, float], free: list
 
 
 def format_table(rows: list[PlanRow], rec: int | None = None) -> str:
+    names = ["prefill", "decode", "reward", "update"] + (["sync"] if any(r.phases.get("sync") for r in rows) else [])
     head = (f"{'M':>3} {'step s':>10} {'speedup':>8} {'util':>6} {'re-prefill':>10} {'staleness':>9} "
-            f"{'rounds':>7} {'iters':>9}   prefill / decode / reward / update (s)")
+            f"{'rounds':>7} {'iters':>9}   {' / '.join(names)} (s)")
     lines = [head]
     for r in rows:
-        p = r.phases
         lines.append(f"{r.M:>3} {r.step_s:>10.4g} {r.speedup:>7.2f}x {r.utilisation:>6.2f} {r.reprefill_share:>10.2f} "
-                     f"{r.staleness:>9.2f} {r.rounds:>7.2f} {r.iterations:>9.0f}   {p['prefill']:.3g} / "
-                     f"{p['decode']:.3g} / {p['reward']:.3g} / {p['update']:.3g}" + ("   <- recommended" if r.M == rec
-                                                                                      else ""))
+                     f"{r.staleness:>9.2f} {r.rounds:>7.2f} {r.iterations:>9.0f}   "
+                     + " / ".join(f"{r.phases.get(n, 0.0):.3g}" for n in names)
+                     + ("   <- recommended" if r.M == rec else ""))
+    return "\n".join(lines)
+
+
+def format_compare(sync: list[PlanRow], overlap: list[PlanRow], rec_sync: int, rec_overlap: int) -> str:
+    """`sync` and `overlap` predictions side by side (rows of the same M in the same order)."""
+    lines = [f"{'M':>3} {'sync s':>10} {'overlap s':>10} {'sync/overlap':>12} {'bound':>6} {'gen s':>10} "
+             f"{'update s':>10} {'sync s':>8} {'staleness':>9}   recommended"]
+    for s, o in zip(sync, overlap):
+        rec = " / ".join(n for n, r in (("sync", rec_sync), ("overlap", rec_overlap)) if r == s.M)
+        gain = s.step_s / o.step_s if o.step_s > 0 else 1.0
+        lines.append(f"{s.M:>3} {s.step_s:>10.4g} {o.step_s:>10.4g} {gain:>11.2f}x "
+                     f"{s.overlap_bound:>5.2f}x {generation_s(s.phases):>10.4g} {s.phases['update']:>10.4g} "
+                     f"{s.phases.get('sync', 0.0):>8.3g} {s.staleness:>4.2f}/{o.staleness:<4.2f}   {rec}".rstrip())
     return "\n".join(lines)

@@ -184,7 +184,7 @@ def simulate(dist: LengthDistribution, *, L: int, M: int, G: int, decode_batch: 
                             score=scorer, dynamic_sampling=bool(drop_rate), limits=limits,
                             watch=StallWatch(step + 1, str, lambda line: None), stalled=stalled)
         batch = got.batch
-        counts = dict(engine.counts, finished=float(got.counts["finished"]), updates=1.0,
+        counts = dict(engine.counts, finished=float(got.counts["finished"]), updates=1.0, syncs=1.0,
                       trained_tokens=float(sum(prompt_len + scale * t.response_len for t in batch)))
         if step >= warmup:
             per_step.append(counts)
