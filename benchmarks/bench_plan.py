@@ -14,7 +14,8 @@
    "80% of answers <= half the cap" (its 128k remark); we assume a lognormal with median L/4 and
    P(len <= L/2) = 0.8 (sigma 0.82), answers past 64k truncated, 128 prompts x G=8 = 1024 rows per round and per
    update, a paged engine. Fit (decode_fixed, update_fixed) to M=1 and M=2, predict M=4 and M=8; then the same
-   with other assumptions (KV-read share, re-prefill cost, length distributions).
+   with other assumptions (KV-read share, re-prefill cost, length distributions). Each row also has the
+   `train.pipeline=overlap` prediction (max(generation, update), weight sync free) and the overlap bound.
 
     python benchmarks/bench_plan.py --segments-json docs/bench_segments.json --cost-json docs/bench_decode_cost.json \
         [--figure docs/figures/bench_segments.png] [--quick]
@@ -158,7 +159,9 @@ def paper(args) -> dict:
             cost = _fit_paper(sims, kv_share, prefill_x, 1024)
             rows = predict(sims, cost)
             t = {r.M: r.step_s for r in rows}
+            over = {r.M: r.step_s for r in predict(sims, cost, "overlap")}  # weight sync free (sync_fixed 0)
             out.append({"lengths": name, "cost": vname, "pred_s": t, "speedup": {m: t[1] / t[m] for m in t},
+                        "pred_overlap_s": over, "overlap_bound": {r.M: r.overlap_bound for r in rows},
                         "err_M4": t[4] / PAPER[4] - 1,
                         "fits_M1_M2": abs(t[1] / PAPER[1] - 1) < 0.005 and abs(t[2] / PAPER[2] - 1) < 0.005,
                         "decode_s_per_iteration": cost.decode_fixed,
