@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import Enum
 from pathlib import Path
 
 from ulorl.algo.entropy_mask import EntropyMaskMode
@@ -40,8 +41,8 @@ from ulorl.rollout.engines.registry import EngineName
 from ulorl.tasks import BuiltinTask
 
 __all__ = ["AlgoConfig", "CheckpointConfig", "ConfigError", "DistributedConfig", "LoggingConfig", "ModelConfig",
-           "RolloutConfig", "RunConfig", "SFTConfig", "TrainConfig", "VLLMConfig", "load_run_config", "dump_yaml",
-           "to_dict", "build", "check_runnable", "worst_case_groups"]
+           "PipelineMode", "RolloutConfig", "RunConfig", "SFTConfig", "TrainConfig", "VLLMConfig", "load_run_config",
+           "dump_yaml", "to_dict", "build", "check_runnable", "worst_case_groups"]
 
 
 def _positive(key: str, value: float, allow_zero: bool = False) -> None:
@@ -156,6 +157,13 @@ class AlgoConfig:
         _positive("algo.max_stale", self.max_stale, allow_zero=True)
 
 
+class PipelineMode(str, Enum):
+    """`train.pipeline`: when the engine may run ahead of the learner (read by the trainer and the placement)."""
+
+    SYNC = "sync"  # rollout, then the update, then the next rollout (the paper's loop)
+    OVERLAP = "overlap"  # the next step's rounds run during the update, with weights one version old
+
+
 @dataclass
 class TrainConfig:
     steps: int = 30  # policy updates (one gradient update per step, as in the paper)
@@ -176,8 +184,12 @@ class TrainConfig:
     # compute dtype of the learner's forward (none | bfloat16 | float16); weights, gradients and AdamW state
     # stay in model.dtype: model.dtype=float32 + autocast=bfloat16 is mixed precision with fp32 master weights
     autocast: str = "none"
+    # sync | overlap: in overlap the learner runs in its own process and the next step's rollout rounds run while
+    # it computes the update, with the weights of the update before (staleness exactly one version)
+    pipeline: str = "sync"
 
     def __post_init__(self) -> None:
+        check_choice("train.pipeline", self.pipeline, PipelineMode)
         for k in ("steps", "train_groups", "lr", "micro_batch_tokens", "logit_chunk", "max_rounds_per_step",
                   "max_bad_steps"):
             _positive(f"train.{k}", getattr(self, k))
@@ -269,6 +281,14 @@ class RunConfig:
                 f"algo.is_mode=tois is true on-policy training and needs rollout.num_segments=1 "
                 f"(got {self.rollout.num_segments}); use pois or sais with segments"
             )
+        if self.train.pipeline == PipelineMode.OVERLAP:
+            if self.algo.is_mode == "tois":
+                raise ConfigError("algo.is_mode=tois is true on-policy training; train.pipeline=overlap trains on "
+                                  "samples one version old: use train.pipeline=sync, or is_mode=pois / sais")
+            if self.distributed.backend != "local":
+                raise ConfigError(f"train.pipeline=overlap runs the learner in a local child process; "
+                                  f"distributed.backend={self.distributed.backend} is not supported with it yet "
+                                  "(use distributed.backend=local)")
 
 
 def _device_name(key: str, name: str) -> None:

@@ -17,11 +17,11 @@ from collections import Counter
 import torch
 from tqdm.auto import tqdm
 
-from ulorl.config import RunConfig
+from ulorl.config import PipelineMode, RunConfig
 from ulorl.evaluation.metrics import paired_difference
 from ulorl.recipe import open_session
 from ulorl.reward import RewardError, apply_overlong_policy
-from ulorl.rollout.collect import RoundLimits, collect_batch
+from ulorl.rollout.collect import RoundLimits, collect_batch, fill_pool
 from ulorl.rollout.segment import SampleError
 from ulorl.session import TrainSession, say
 from ulorl.stall import StallError, StallWatch  # noqa: F401  (StallError: the CLI's one-line user error)
@@ -63,18 +63,30 @@ def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
 
 
 def train_step(s: TrainSession) -> dict:
-    """One step of Algorithm 1: collect a batch of whole groups, one update, the engine sees the new weights."""
+    """One step of Algorithm 1: collect a batch of whole groups, one update, the engine sees the new weights.
+
+    `train.pipeline=overlap`: while the learner process computes the update, the rounds that fill the next step's
+    batch run here with the weights of the update before (so the next step's `collect_batch` finds its batch
+    ready). The schedule depends on the step number only, never on which side finishes first."""
     t0, tc = time.time(), s.cfg.train
     watch = StallWatch(s.step + 1, lambda ids: s.tokenizer.decode(ids, skip_special_tokens=True), say)
-    got = collect_batch(
-        s.rollout, s.unfinished, s.experience, n_groups=tc.train_groups, version=s.version, step=s.step,
-        score=lambda finished: score(s, finished), dynamic_sampling=s.cfg.algo.dynamic_sampling,
-        limits=RoundLimits(tc.max_rounds_per_step, tc.max_stall_rounds or tc.max_rounds_per_step), watch=watch,
-        stalled=lambda rounds, why: watch.fail(s.run_dir, rounds, why, s.cfg.algo.dynamic_sampling),
-        on_drop=lambda group: dropped(s, group))
+    rounds = dict(version=s.version, step=s.step, score=lambda finished: score(s, finished),
+                  dynamic_sampling=s.cfg.algo.dynamic_sampling, watch=watch, on_drop=lambda group: dropped(s, group),
+                  limits=RoundLimits(tc.max_rounds_per_step, tc.max_stall_rounds or tc.max_rounds_per_step),
+                  stalled=lambda n, why: watch.fail(s.run_dir, n, why, s.cfg.algo.dynamic_sampling))
+    got = collect_batch(s.rollout, s.unfinished, s.experience, n_groups=tc.train_groups, **rounds)
     batch, acc = got.batch, got.counts
+    keep = [t.loss_keep for t in batch]
     tu = time.time()
-    m = s.learner.update(batch, s.version, loss_keep=[t.loss_keep for t in batch])
+    if tc.pipeline == PipelineMode.OVERLAP:
+        s.learner.submit(batch, s.version, keep)
+        ahead = fill_pool(s.rollout, s.unfinished, s.experience, n_groups=tc.train_groups, **rounds)
+        tw = time.time()
+        m = s.learner.result()
+        m.update(overlap_metrics(ahead, m, wait_s=time.time() - tw, window_s=time.time() - tu))
+        acc = Counter({**(acc + ahead), "max_staleness": max(acc["max_staleness"], ahead["max_staleness"])})
+    else:
+        m = s.learner.update(batch, s.version, loss_keep=keep)
     update_s = time.time() - tu
     skipped = bool(m["actor/skipped"])
     if skipped:  # weights and optimizer untouched; the step still ends, its samples are logged as skipped
@@ -123,6 +135,18 @@ def dropped(s: TrainSession, group: list[Trajectory]) -> None:
     """A group dynamic sampling dropped: logged in samples.jsonl and counted."""
     s.samples.write(group, s.step + 1, "dropped", "all_rewards_equal")
     s.counters["dropped_groups"] += 1
+
+
+def overlap_metrics(ahead: Counter, m: dict, wait_s: float, window_s: float) -> dict:
+    """How well the update was hidden behind the next step's rounds (`train.pipeline=overlap`).
+
+    `ahead`: what those rounds counted; `m`: the update's metrics (`timing_s/update_compute`, measured in the
+    learner process); `wait_s`: the driver waited this long for the update after its rounds; `window_s`: submit
+    to result. Efficiency = the time both ran at once / the shorter of the two (1: fully hidden)."""
+    busy, compute = ahead["gen_s"] + ahead["reward_s"], m.get("timing_s/update_compute", 0.0)
+    hidden = max(0.0, busy + compute - window_s)
+    return {"pipeline/wait_for_update_s": wait_s, "pipeline/ahead_rounds": float(ahead["rounds"]),
+            "pipeline/overlap_efficiency": min(1.0, hidden / max(min(busy, compute), 1e-9))}
 
 
 def step_metrics(s: TrainSession, batch: list[Trajectory], m: dict, acc: Counter, update_s: float,

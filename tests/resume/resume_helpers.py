@@ -63,8 +63,8 @@ def read_jsonl(path: Path) -> list[dict]:
 
 
 def metrics(run: Path) -> list[dict]:
-    """metrics.jsonl rows without the wall-clock dependent timing_s/* and perf/* values."""
-    return [{k: v for k, v in row.items() if not k.startswith(("timing_s/", "perf/"))}
+    """metrics.jsonl rows without the wall-clock dependent timing_s/*, perf/* and pipeline/* values."""
+    return [{k: v for k, v in row.items() if not k.startswith(("timing_s/", "perf/", "pipeline/"))}
             for row in read_jsonl(run / "metrics.jsonl")]
 
 

@@ -108,20 +108,30 @@ def wait_samples_step(child: Child, run: Path, step: int) -> None:
 
 
 def test_sigkill_at_random_moments_then_resume_loses_and_repeats_nothing(eos_model, tmp_path):
+    _kill_and_resume(eos_model, tmp_path, TRIALS, f"train.steps={N}", "train.lr=1e-5")
+
+
+def test_sigkill_in_overlap_mode_loses_and_repeats_nothing(eos_model, tmp_path):
+    # the learner runs in its own process and the next step's rounds during the update; a kill lands in either
+    _kill_and_resume(eos_model, tmp_path, ["timed", "after_step", "save:rename", "timed"], "train.steps=8",
+                     "train.lr=1e-5", "train.pipeline=overlap")
+
+
+def _kill_and_resume(eos_model, tmp_path: Path, trials: list[str], *extra: str) -> None:
     ctx = _context()
     forkserver.ensure_running()  # imports ulorl in the background while the reference runs here
-    extra = (f"train.steps={N}", "train.lr=1e-5")
+    n = int(next(e for e in extra if e.startswith("train.steps=")).split("=")[1])
     ref = tmp_path / "reference"
     t0 = time.time()
     assert torch.get_num_threads() == 1  # as in the children (conftest): same reduction order, same bits
-    assert train(R.config(eos_model, *extra), ref)["steps"] == N
+    assert train(R.config(eos_model, *extra), ref)["steps"] == n
     print(f"\nreference run: {time.time() - t0:.1f}s")
 
     run = tmp_path / "run"
     resume_argv = ["train", "--output-dir", str(run), "--resume", "auto", *R.overrides(eos_model, *extra)]
     rng = random.Random(20240607)
     report = []
-    for i, trial in enumerate(TRIALS):
+    for i, trial in enumerate(trials):
         before = committed(run)
         env = {}
         if trial.startswith("save:"):

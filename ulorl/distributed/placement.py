@@ -5,8 +5,10 @@ the end; the trainer loop does not know which placement it runs on. The driver
 always keeps the model (for checkpoints and evaluation), the pools, the prompt
 source, the rewards and the loop.
 
-- `local`: the registry engine over the session's model (HF shares its weights with
-  the learner) and a `LocalLearner` in this process. What every run did before.
+- `local`: the registry engine over the session's model (torch and HF share its weights
+  with the learner) and a `LocalLearner` in this process; with `train.pipeline=overlap`
+  a `ProcessLearner` (`ulorl.learners.process`): the learner in a child process on its own
+  copy of the model, one torch thread there and one here on CPU.
 - `ray`: `RayEngine` (`num_engines` engine actors) and `RayLearner` (`learner_procs`
   learner actors, a `ShardedLearner` group when > 1) on a Ray cluster.
 """
@@ -18,7 +20,7 @@ from typing import Protocol
 
 import torch
 
-from ulorl.config import ConfigError, RunConfig
+from ulorl.config import ConfigError, PipelineMode, RunConfig
 from ulorl.distributed.config import BackendName
 from ulorl.learners.base import Learner
 from ulorl.rollout.engines.base import Engine
@@ -41,6 +43,7 @@ class Placement(Protocol):
 class LocalPlacement:
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
+        self._learner, self._threads = None, None
 
     def engine(self, model, tokenizer, eos_ids, **engine_kw) -> Engine:
         from ulorl.rollout.engines.registry import build_engine
@@ -48,12 +51,26 @@ class LocalPlacement:
         return build_engine(self.cfg.rollout.engine, model, tokenizer, eos_ids, **engine_kw)
 
     def learner(self, model, pad_id) -> Learner:
-        from ulorl.learners.local import LocalLearner
+        t = self.cfg.train
+        if t.pipeline == PipelineMode.SYNC:
+            from ulorl.learners.local import LocalLearner
 
-        return LocalLearner(model, self.cfg.train, self.cfg.algo, self.cfg.rollout.temperature, pad_id)
+            return LocalLearner(model, t, self.cfg.algo, self.cfg.rollout.temperature, pad_id)
+        from ulorl.learners.process import ProcessLearner
+
+        if torch.device(t.device).type == "cpu":  # one core for the engine here, one for the learner process
+            self._threads = torch.get_num_threads()
+            torch.set_num_threads(1)
+        self._learner = ProcessLearner(model, t, self.cfg.algo, self.cfg.rollout.temperature, pad_id)
+        return self._learner
 
     def close(self) -> None:
-        pass
+        if self._learner is not None:
+            self._learner.close()
+            self._learner = None
+        if self._threads is not None:
+            torch.set_num_threads(self._threads)
+            self._threads = None
 
 
 class RayPlacement:

@@ -298,5 +298,6 @@ def _finish_metrics(acc: dict, grad_norm: float, skipped: bool, n_tokens: int, l
             age = k[4:-2]
             out[f"pois/abs_log_ratio_age{age}"] = acc[f"_age{age}_sum"] / max(acc[k], 1.0)
             out[f"pois/max_abs_log_ratio_age{age}"] = acc[f"_age{age}_max"]
+            out[f"pois/token_share_age{age}"] = acc[k] / max(n_tokens, 1)  # staleness of the trained tokens
     return out
 

@@ -63,10 +63,25 @@ def collect_batch(rollout: SegmentRollout, unfinished: UnfinishedPool, experienc
                   dynamic_sampling: bool, limits: RoundLimits, watch: StallWatch,
                   stalled: Callable[[int, str], Exception],
                   on_drop: Callable[[list[Trajectory]], None] | None = None) -> Collected:
-    """Run rollout rounds until `n_groups` groups are admitted; take them.
+    """Run rollout rounds until `n_groups` groups are admitted (`fill_pool`); take them.
 
     `step` is the number of updates done (the new samples' `born_step`); `stalled(rounds, why)` builds the
     error raised when `limits` are hit; `on_drop(group)` sees every group dynamic sampling drops."""
+    acc = fill_pool(rollout, unfinished, experience, n_groups=n_groups, version=version, step=step, score=score,
+                    dynamic_sampling=dynamic_sampling, limits=limits, watch=watch, stalled=stalled, on_drop=on_drop)
+    return Collected([t for g in experience.take(n_groups) for t in g], acc)
+
+
+def fill_pool(rollout: SegmentRollout, unfinished: UnfinishedPool, experience: ExperiencePool, *,
+              n_groups: int, version: int, step: int, score: Callable[[list[Trajectory]], None],
+              dynamic_sampling: bool, limits: RoundLimits, watch: StallWatch,
+              stalled: Callable[[int, str], Exception],
+              on_drop: Callable[[list[Trajectory]], None] | None = None) -> Counter:
+    """The rounds of `collect_batch` without the take: afterwards the experience pool holds at least `n_groups`
+    admitted groups (none are run when it already does). Returns what the rounds counted.
+
+    `train.pipeline=overlap` fills the next step's batch this way while the learner computes the current
+    update, so the filled pool is part of the step-boundary state a checkpoint saves."""
     acc: Counter = Counter()
     while experience.num_ready() < n_groups:
         if acc["rounds"] >= limits.max_rounds or watch.idle_rounds >= limits.max_idle_rounds:
@@ -87,7 +102,7 @@ def collect_batch(rollout: SegmentRollout, unfinished: UnfinishedPool, experienc
         completed, admitted = admit(experience, res.finished, dynamic_sampling, watch, acc, on_drop)
         watch.end_round(completed, admitted, limits.max_idle_rounds)
         acc["reward_s"] += time.time() - tr
-    return Collected([t for g in experience.take(n_groups) for t in g], acc)
+    return acc
 
 
 def admit(experience: ExperiencePool, finished: list[Trajectory], dynamic_sampling: bool, watch: StallWatch,
