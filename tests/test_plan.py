@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from ulorl.cli import main
-from ulorl.plan import (CostError, CostModel, LengthSpecError, Pipeline, Workload, fit_linear, fit_to_table,
+from ulorl.config import PipelineMode
+from ulorl.plan import (CostError, CostModel, LengthSpecError, Workload, fit_linear, fit_to_table,
                         lengths_from_run, overlap_bound, parse_lengths, predict, recommend, simulate, simulate_all)
 from ulorl.plan.simulate import choose_scale
 
@@ -131,8 +132,8 @@ def test_sync_sums_the_phases_and_overlap_hides_the_shorter_side():
     assert overlap_bound(cost.phases(counts)) == pytest.approx(9.8 / 6.8)  # (6.8 + 3.0) / max(6.8, 3.0)
     # update-bound: update 9.0 -> sync 6.8 + 9.0 + 0.4 = 16.2, overlap max(6.8, 9.0) + 0.4 = 9.4, bound 15.8 / 9.0
     slow = CostModel(**{**cost.to_dict(), "update_fixed": 9.0})
-    assert (slow.step_time(counts, Pipeline.SYNC), slow.step_time(counts, Pipeline.OVERLAP)) == pytest.approx((16.2,
-                                                                                                                9.4))
+    sync, overlap = slow.step_time(counts, PipelineMode.SYNC), slow.step_time(counts, PipelineMode.OVERLAP)
+    assert (sync, overlap) == pytest.approx((16.2, 9.4))
     assert overlap_bound(slow.phases(counts)) == pytest.approx(15.8 / 9.0)
     assert CostModel().sync_fixed == 0.0  # weights shared or copied in memory: no sync cost unless set
     with pytest.raises(CostError, match="sync, overlap"):

@@ -5,11 +5,11 @@
 (prediction and recommendation, for a `sync` or `overlap` pipeline), `cli` (the subcommand).
 """
 
-from ulorl.plan.cost import FEATURES, CostError, CostModel, Pipeline, fit_linear, overlap_bound
+from ulorl.plan.cost import FEATURES, CostError, CostModel, fit_linear, overlap_bound
 from ulorl.plan.lengths import LengthDistribution, LengthSpecError, lengths_from_run, parse_lengths
 from ulorl.plan.planner import PlanRow, Workload, fit_to_table, predict, recommend, simulate_all
 from ulorl.plan.simulate import SimResult, simulate
 
-__all__ = ["FEATURES", "CostError", "CostModel", "LengthDistribution", "LengthSpecError", "Pipeline", "PlanRow",
+__all__ = ["FEATURES", "CostError", "CostModel", "LengthDistribution", "LengthSpecError", "PlanRow",
            "SimResult", "Workload", "fit_linear", "fit_to_table", "lengths_from_run", "overlap_bound", "parse_lengths",
            "predict", "recommend", "simulate", "simulate_all"]

@@ -9,7 +9,7 @@ the run's config.yaml) or `--lengths SPEC` (see `ulorl.plan.lengths`). Cost mode
 `--calibrate` (measure this machine with the built-in model, ~1-2 min), or `--fit-table M=seconds,...` (fit the
 `--fit-free` fields to measured step times, the others from `--cost` or zero; the fit is always on `sync`
 steps, how the measured runs ran). `--pipeline sync | overlap | both`: how rollout and update share a step
-(`ulorl.plan.cost.Pipeline`); `both` prints the two predictions side by side with the overlap bound.
+(`train.pipeline`, `ulorl.config.PipelineMode`); `both` prints the two predictions side by side with the overlap bound.
 """
 
 from __future__ import annotations
@@ -19,7 +19,8 @@ import json
 import sys
 from pathlib import Path
 
-from ulorl.plan.cost import FEATURES, CostError, CostModel, Pipeline
+from ulorl.config import PipelineMode
+from ulorl.plan.cost import FEATURES, CostError, CostModel
 from ulorl.plan.lengths import LengthSpecError, lengths_from_run, parse_lengths
 from ulorl.plan.planner import (Workload, fit_to_table, format_compare, format_table, predict, recommend,
                                 simulate_all)
@@ -52,7 +53,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
                       f"{', '.join(FEATURES.values())})")
     cost.add_argument("--paged", action="store_true", help="unpadded prefill and contexts (vLLM-style engine)")
     cost.add_argument("--save-cost", metavar="FILE", help="write the cost model used")
-    cost.add_argument("--pipeline", choices=[*(m.value for m in Pipeline), "both"], default="sync",
+    cost.add_argument("--pipeline", choices=[*(m.value for m in PipelineMode), "both"], default="sync",
                       help="sync: step = generation + update + sync; overlap: max(generation, update) + sync "
                       "(next batch generated during the update, one version staler); both: side by side "
                       "(default sync)")
@@ -173,7 +174,7 @@ def run_plan(args) -> int:
         return 2
     if args.save_cost:
         cost.save(args.save_cost)
-    modes = list(Pipeline) if args.pipeline == "both" else [Pipeline(args.pipeline)]
+    modes = list(PipelineMode) if args.pipeline == "both" else [PipelineMode(args.pipeline)]
     by_mode = {m: predict(sims, cost, m) for m in modes}
     recs = {m: recommend(rows, args.tolerance) for m, rows in by_mode.items()}
     first = modes[0]
@@ -193,12 +194,12 @@ def run_plan(args) -> int:
     if len(modes) > 1:
         print("step s: sync = generation + update + sync; overlap = max(generation, update) + sync\n"
               "bound = (generation + update) / max(generation, update); staleness: sync/overlap")
-        print(format_compare(by_mode[Pipeline.SYNC], by_mode[Pipeline.OVERLAP], recs[Pipeline.SYNC],
-                             recs[Pipeline.OVERLAP]))
-        print(f"recommended: sync M={recs[Pipeline.SYNC]}, overlap M={recs[Pipeline.OVERLAP]} ({within})")
+        print(format_compare(by_mode[PipelineMode.SYNC], by_mode[PipelineMode.OVERLAP], recs[PipelineMode.SYNC],
+                             recs[PipelineMode.OVERLAP]))
+        print(f"recommended: sync M={recs[PipelineMode.SYNC]}, overlap M={recs[PipelineMode.OVERLAP]} ({within})")
         return 0
     rows = by_mode[first]
-    if first is Pipeline.OVERLAP:
+    if first is PipelineMode.OVERLAP:
         print("pipeline=overlap: step s = max(prefill + decode + reward, update) + sync")
     print(format_table(rows, recs[first]))
     print("overlap bound (generation + update) / max(generation, update): "

@@ -15,7 +15,7 @@ distribution and M; the cost model gives each count a price:
            + update_token    * trained_tokens  (prompt + response tokens of the trained batch)
            + sync_fixed      * syncs           (weight syncs learner -> engine: one per update)
 
-How the phases make a step depends on the pipeline (`Pipeline`, registry `PIPELINES`):
+How the phases make a step depends on the pipeline (`PipelineMode`, registry `PIPELINES`):
 
     sync     step_s = generation + update + sync            (the sum above)
     overlap  step_s = max(generation, update) + sync        (the engine fills step k+1's batch with the
@@ -43,10 +43,11 @@ from __future__ import annotations
 import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, fields
-from enum import Enum
 from pathlib import Path
 
 import numpy as np
+
+from ulorl.config import PipelineMode
 
 # count name -> the CostModel field that prices it
 FEATURES: dict[str, str] = {
@@ -105,7 +106,7 @@ class CostModel:
         """Predicted seconds per phase (prefill, decode, reward, update, sync)."""
         return {p: self.time({k: counts.get(k, 0.0) for k in ks}) for p, ks in PHASES.items()}
 
-    def step_time(self, counts: dict[str, float], pipeline: "Pipeline | str" = "sync") -> float:
+    def step_time(self, counts: dict[str, float], pipeline: "PipelineMode | str" = "sync") -> float:
         """Predicted seconds per step for `counts` when rollout and update run as `pipeline`."""
         return PIPELINES[parse_pipeline(pipeline)].step(self.phases(counts))
 
@@ -134,13 +135,6 @@ class CostModel:
         return cls.from_dict(d)
 
 
-class Pipeline(str, Enum):
-    """How a step's rollout rounds and its update share time (`train.pipeline`)."""
-
-    SYNC = "sync"  # generate the batch, then update on it, then sync the weights
-    OVERLAP = "overlap"  # generate step k+1's batch with version k-1 while update k runs
-
-
 def generation_s(phases: dict[str, float]) -> float:
     """Seconds of the engine side of a step: prefill + decode + reward."""
     return sum(phases.get(p, 0.0) for p in GENERATION)
@@ -158,18 +152,19 @@ class PipelineRule:
     lag: int  # policy versions added to every segment's staleness
 
 
-PIPELINES: dict[Pipeline, PipelineRule] = {
-    Pipeline.SYNC: PipelineRule(lambda p: sum(p.values()), lag=0),
-    Pipeline.OVERLAP: PipelineRule(lambda p: max(generation_s(p), p.get("update", 0.0)) + p.get("sync", 0.0), lag=1),
+PIPELINES: dict[PipelineMode, PipelineRule] = {
+    PipelineMode.SYNC: PipelineRule(lambda p: sum(p.values()), lag=0),
+    PipelineMode.OVERLAP: PipelineRule(lambda p: max(generation_s(p), p.get("update", 0.0)) + p.get("sync", 0.0),
+                                       lag=1),
 }
 
 
-def parse_pipeline(value: "Pipeline | str") -> Pipeline:
-    """`Pipeline(value)`; an unknown name fails with the valid ones."""
+def parse_pipeline(value: "PipelineMode | str") -> PipelineMode:
+    """`PipelineMode(value)`; an unknown name fails with the valid ones."""
     try:
-        return Pipeline(value)
+        return PipelineMode(value)
     except ValueError:
-        raise CostError(f"pipeline={value!r}: valid values are {', '.join(m.value for m in Pipeline)}") from None
+        raise CostError(f"pipeline={value!r}: valid values are {', '.join(m.value for m in PipelineMode)}") from None
 
 
 def fit_linear(rows: list[dict[str, float]], times: list[float], free: list[str],

@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ulorl.plan.cost import PIPELINES, CostModel, Pipeline, fit_linear, generation_s, overlap_bound, parse_pipeline
+from ulorl.config import PipelineMode
+from ulorl.plan.cost import PIPELINES, CostModel, fit_linear, generation_s, overlap_bound, parse_pipeline
 from ulorl.plan.lengths import LengthDistribution
 from ulorl.plan.simulate import SimResult, simulate
 
@@ -59,7 +60,7 @@ class PlanRow:
     rounds: float  # per step
     iterations: float  # decode iterations per step
     phases: dict[str, float]  # predicted seconds per phase
-    pipeline: str = "sync"  # how step_s combines the phases (ulorl.plan.cost.Pipeline)
+    pipeline: str = "sync"  # how step_s combines the phases (train.pipeline, ulorl.config.PipelineMode)
     overlap_bound: float = 1.0  # (generation + update) / max(generation, update), whatever the pipeline
 
     def to_dict(self) -> dict:
@@ -79,7 +80,8 @@ def simulate_all(w: Workload, segments: list[int], padded: bool) -> dict[int, Si
             for m in segments}
 
 
-def predict(sims: dict[int, SimResult], cost: CostModel, pipeline: Pipeline | str = Pipeline.SYNC) -> list[PlanRow]:
+def predict(sims: dict[int, SimResult], cost: CostModel,
+            pipeline: PipelineMode | str = PipelineMode.SYNC) -> list[PlanRow]:
     """One row per M: seconds per step under `pipeline`, speedup over the smallest M under the same pipeline."""
     mode = parse_pipeline(pipeline)
     rule = PIPELINES[mode]
