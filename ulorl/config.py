@@ -285,6 +285,10 @@ class RunConfig:
             if self.algo.is_mode == "tois":
                 raise ConfigError("algo.is_mode=tois is true on-policy training; train.pipeline=overlap trains on "
                                   "samples one version old: use train.pipeline=sync, or is_mode=pois / sais")
+            if not self.train.device.startswith("cpu"):
+                raise ConfigError(f"train.pipeline=overlap runs the learner process on the CPU for now; "
+                                  f"train.device={self.train.device} needs train.pipeline=sync (separate GPUs for "
+                                  "the engine and the learner are not built yet: docs/scale.md)")
             if self.distributed.backend != "local":
                 raise ConfigError(f"train.pipeline=overlap runs the learner in a local child process; "
                                   f"distributed.backend={self.distributed.backend} is not supported with it yet "

@@ -136,6 +136,7 @@ def test_overlap_metrics_are_logged(overlap_run):
     (["train.pipeline=async"], "train.pipeline='async' is not allowed; choose one of: sync, overlap"),
     ([OVERLAP, "algo.is_mode=tois", "rollout.num_segments=1"], "tois is true on-policy"),
     ([OVERLAP, "distributed.backend=ray"], "distributed.backend=ray is not supported"),
+    ([OVERLAP, "train.device=cuda"], "learner process on the CPU for now"),
 ])
 def test_configurations_the_mode_cannot_run_fail_at_load(extra, match):
     with pytest.raises(ConfigError, match=match):
