@@ -31,7 +31,7 @@ from pathlib import Path
 from typing import Any
 
 from ulorl.config import RunConfig, build, check_runnable, load_run_config, to_dict
-from ulorl.config_loader import ConfigError, deep_merge, parse_overrides
+from ulorl.config_loader import ConfigError, deep_merge
 from ulorl.reward.config import RewardFnConfig
 
 __all__ = ["RunConfig", "Trainer", "make_config"]
