@@ -21,7 +21,7 @@ from ulorl.config import PipelineMode, RunConfig
 from ulorl.evaluation.metrics import paired_difference
 from ulorl.recipe import open_session
 from ulorl.reward import RewardError, apply_overlong_policy
-from ulorl.rollout.collect import RoundLimits, collect_batch, fill_pool
+from ulorl.rollout.collect import RoundLimits, Rounds, collect_batch, fill_pool
 from ulorl.rollout.segment import SampleError
 from ulorl.session import TrainSession, say
 from ulorl.stall import StallError, StallWatch  # noqa: F401  (StallError: the CLI's one-line user error)
@@ -70,17 +70,17 @@ def train_step(s: TrainSession) -> dict:
     ready). The schedule depends on the step number only, never on which side finishes first."""
     t0, tc = time.time(), s.cfg.train
     watch = StallWatch(s.step + 1, lambda ids: s.tokenizer.decode(ids, skip_special_tokens=True), say)
-    rounds = dict(version=s.version, step=s.step, score=lambda finished: score(s, finished),
-                  dynamic_sampling=s.cfg.algo.dynamic_sampling, watch=watch, on_drop=lambda group: dropped(s, group),
-                  limits=RoundLimits(tc.max_rounds_per_step, tc.max_stall_rounds or tc.max_rounds_per_step),
-                  stalled=lambda n, why: watch.fail(s.run_dir, n, why, s.cfg.algo.dynamic_sampling))
-    got = collect_batch(s.rollout, s.unfinished, s.experience, n_groups=tc.train_groups, **rounds)
+    rounds = Rounds(s.version, s.step, score=lambda finished: score(s, finished),
+                    dynamic_sampling=s.cfg.algo.dynamic_sampling, watch=watch, on_drop=lambda group: dropped(s, group),
+                    limits=RoundLimits(tc.max_rounds_per_step, tc.max_stall_rounds or tc.max_rounds_per_step),
+                    stalled=lambda n, why: watch.fail(s.run_dir, n, why, s.cfg.algo.dynamic_sampling))
+    got = collect_batch(s.rollout, s.unfinished, s.experience, tc.train_groups, rounds)
     batch, acc = got.batch, got.counts
     keep = [t.loss_keep for t in batch]
     tu = time.time()
     if tc.pipeline == PipelineMode.OVERLAP:
         s.learner.submit(batch, s.version, keep)
-        ahead = fill_pool(s.rollout, s.unfinished, s.experience, n_groups=tc.train_groups, **rounds)
+        ahead = fill_pool(s.rollout, s.unfinished, s.experience, tc.train_groups, rounds)
         tw = time.time()
         m = s.learner.result()
         m.update(overlap_metrics(ahead, m, wait_s=time.time() - tw, window_s=time.time() - tu))

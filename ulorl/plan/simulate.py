@@ -27,7 +27,7 @@ import numpy as np
 from ulorl.plan.cost import CostModel
 from ulorl.plan.lengths import LengthDistribution
 from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams
-from ulorl.rollout.collect import RoundLimits, collect_batch
+from ulorl.rollout.collect import RoundLimits, Rounds, collect_batch
 from ulorl.rollout.pools import ExperiencePool, UnfinishedPool
 from ulorl.rollout.prompt_source import PromptSource
 from ulorl.rollout.segment import SegmentRollout
@@ -180,9 +180,9 @@ def simulate(dist: LengthDistribution, *, L: int, M: int, G: int, decode_batch: 
     per_step, staleness, version = [], [], 0
     for step in range(warmup + steps):
         engine.counts = Counter()
-        got = collect_batch(rollout, unfinished, experience, n_groups=train_groups, version=version, step=step,
-                            score=scorer, dynamic_sampling=bool(drop_rate), limits=limits,
-                            watch=StallWatch(step + 1, str, lambda line: None), stalled=stalled)
+        rounds = Rounds(version, step, score=scorer, dynamic_sampling=bool(drop_rate), limits=limits,
+                        watch=StallWatch(step + 1, str, lambda line: None), stalled=stalled)
+        got = collect_batch(rollout, unfinished, experience, train_groups, rounds)
         batch = got.batch
         counts = dict(engine.counts, finished=float(got.counts["finished"]), updates=1.0, syncs=1.0,
                       trained_tokens=float(sum(prompt_len + scale * t.response_len for t in batch)))

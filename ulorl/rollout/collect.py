@@ -50,6 +50,20 @@ class RoundLimits:
 
 
 @dataclass
+class Rounds:
+    """How the rollout rounds of one step run: on which weights, scored how, and when they give up."""
+
+    version: int  # the engine's policy version (updates applied to its weights)
+    step: int  # updates done: the new samples' `born_step`
+    score: Callable[[list[Trajectory]], None]  # sets each finished sample's `reward` and `loss_keep`
+    dynamic_sampling: bool  # drop complete groups whose rewards are all equal
+    limits: RoundLimits
+    watch: StallWatch
+    stalled: Callable[[int, str], Exception]  # (rounds, why) -> the error raised when `limits` are hit
+    on_drop: Callable[[list[Trajectory]], None] | None = None  # sees every group dynamic sampling drops
+
+
+@dataclass
 class Collected:
     """A batch of whole groups and what the rounds that made it counted."""
 
@@ -58,48 +72,39 @@ class Collected:
     # dropped_groups, gen_s, reward_s
 
 
-def collect_batch(rollout: SegmentRollout, unfinished: UnfinishedPool, experience: ExperiencePool, *,
-                  n_groups: int, version: int, step: int, score: Callable[[list[Trajectory]], None],
-                  dynamic_sampling: bool, limits: RoundLimits, watch: StallWatch,
-                  stalled: Callable[[int, str], Exception],
-                  on_drop: Callable[[list[Trajectory]], None] | None = None) -> Collected:
-    """Run rollout rounds until `n_groups` groups are admitted (`fill_pool`); take them.
-
-    `step` is the number of updates done (the new samples' `born_step`); `stalled(rounds, why)` builds the
-    error raised when `limits` are hit; `on_drop(group)` sees every group dynamic sampling drops."""
-    acc = fill_pool(rollout, unfinished, experience, n_groups=n_groups, version=version, step=step, score=score,
-                    dynamic_sampling=dynamic_sampling, limits=limits, watch=watch, stalled=stalled, on_drop=on_drop)
+def collect_batch(rollout: SegmentRollout, unfinished: UnfinishedPool, experience: ExperiencePool, n_groups: int,
+                  rounds: Rounds) -> Collected:
+    """Run rollout rounds until `n_groups` groups are admitted (`fill_pool`); take them."""
+    acc = fill_pool(rollout, unfinished, experience, n_groups, rounds)
     return Collected([t for g in experience.take(n_groups) for t in g], acc)
 
 
-def fill_pool(rollout: SegmentRollout, unfinished: UnfinishedPool, experience: ExperiencePool, *,
-              n_groups: int, version: int, step: int, score: Callable[[list[Trajectory]], None],
-              dynamic_sampling: bool, limits: RoundLimits, watch: StallWatch,
-              stalled: Callable[[int, str], Exception],
-              on_drop: Callable[[list[Trajectory]], None] | None = None) -> Counter:
+def fill_pool(rollout: SegmentRollout, unfinished: UnfinishedPool, experience: ExperiencePool, n_groups: int,
+              rounds: Rounds) -> Counter:
     """The rounds of `collect_batch` without the take: afterwards the experience pool holds at least `n_groups`
     admitted groups (none are run when it already does). Returns what the rounds counted.
 
     `train.pipeline=overlap` fills the next step's batch this way while the learner computes the current
     update, so the filled pool is part of the step-boundary state a checkpoint saves."""
     acc: Counter = Counter()
+    limits, watch = rounds.limits, rounds.watch
     while experience.num_ready() < n_groups:
         if acc["rounds"] >= limits.max_rounds or watch.idle_rounds >= limits.max_idle_rounds:
             why = (f"no group admitted in {watch.idle_rounds} rollout rounds in a row (train.max_stall_rounds="
                    f"{limits.max_idle_rounds})" if watch.idle_rounds >= limits.max_idle_rounds else
                    f"no full batch of {n_groups} groups after {acc['rounds']} rollout rounds "
                    f"(train.max_rounds_per_step={limits.max_rounds})")
-            raise stalled(acc["rounds"], why)
+            raise rounds.stalled(acc["rounds"], why)
         tg = time.time()
-        res = rollout.round(unfinished, version, step)
+        res = rollout.round(unfinished, rounds.version, rounds.step)
         acc.update(rounds=1, finished=len(res.finished), new_prompts=res.new_prompts, reprefill=res.reprefill_tokens,
                    decoded=res.decoded_tokens, slots=res.decode_slots, gen_s=time.time() - tg,
                    prefill=res.prefill_tokens, prefill_padded=res.prefill_padded_tokens)
         acc["max_staleness"] = max(acc["max_staleness"], res.max_staleness)
         tr = time.time()
         if res.finished:
-            score(res.finished)
-        completed, admitted = admit(experience, res.finished, dynamic_sampling, watch, acc, on_drop)
+            rounds.score(res.finished)
+        completed, admitted = admit(experience, res.finished, rounds.dynamic_sampling, watch, acc, rounds.on_drop)
         watch.end_round(completed, admitted, limits.max_idle_rounds)
         acc["reward_s"] += time.time() - tr
     return acc
