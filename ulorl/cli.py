@@ -80,6 +80,17 @@ def format_summary(s: dict) -> str:
     total = sum(s["segments_hist"].values()) or 1
     lines.append("trained samples by number of segments: " + "  ".join(
         f"{k}: {v} ({100 * v / total:.0f}%)" for k, v in s["segments_hist"].items()))
+    t = s.get("trained_lengths")
+    if t:
+        lines.append(f"trained response length: mean {t['mean']:.0f}  p50 {t['p50']:.0f}  p90 {t['p90']:.0f}  "
+                     f"max {t['max']:.0f}  truncated {100 * t['truncated_share']:.1f}%")
+    if s.get("staleness_hist"):
+        lines.append("trained samples by staleness (versions behind the updated policy): " + "  ".join(
+            f"{k}: {v}" for k, v in s["staleness_hist"].items()))
+    mem = s.get("peak_rss_mib") or {}
+    if mem:
+        extra = f"   checkpoint {s['checkpoint_mib']:.1f} MiB" if "checkpoint_mib" in s else ""
+        lines.append("peak RSS: " + ", ".join(f"{k} {v:.0f} MiB" for k, v in mem.items()) + extra)
     lines.append(f"run folder: {s['run_dir']}  (metrics.jsonl, samples.jsonl, checkpoints/, config.yaml)")
     return "\n".join(lines)
 

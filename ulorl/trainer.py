@@ -10,15 +10,17 @@ module wires them and scores samples with the session's reward manager.
 
 from __future__ import annotations
 
+import resource
 import signal
 import time
 from collections import Counter
+from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
 from ulorl.config import PipelineMode, RunConfig
-from ulorl.evaluation.metrics import paired_difference
+from ulorl.evaluation.metrics import length_stats, paired_difference
 from ulorl.recipe import open_session
 from ulorl.reward import RewardError, apply_overlong_policy
 from ulorl.rollout.collect import RoundLimits, Rounds, collect_batch, fill_pool
@@ -55,8 +57,7 @@ def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
             return {"stopped_at": s.step, "run_dir": str(s.run_dir)}
         if s.eval_prompts and "after" not in s.history["eval"]:
             s.history["eval"]["after"] = evaluate_policy(s, "after")
-        s.save()
-        return summarize(s)
+        return summarize(s, s.save())
     finally:
         stop.restore()
         s.close()
@@ -77,6 +78,7 @@ def train_step(s: TrainSession) -> dict:
     got = collect_batch(s.rollout, s.unfinished, s.experience, tc.train_groups, rounds)
     batch, acc = got.batch, got.counts
     keep = [t.loss_keep for t in batch]
+    staleness = Counter(str(s.version - t.segments[0].version) for t in batch)  # versions behind the updated policy
     tu = time.time()
     if tc.pipeline == PipelineMode.OVERLAP:
         s.learner.submit(batch, s.version, keep)
@@ -101,6 +103,8 @@ def train_step(s: TrainSession) -> dict:
     s.step += 1
     s.counters["trained_samples"] += 0 if skipped else len(batch)
     s.samples.write(batch, s.step, "skipped" if skipped else "trained", "non_finite" if skipped else None)
+    if not skipped:
+        record_trained(s.history, batch, staleness)
     metrics = step_metrics(s, batch, m, acc, update_s, time.time() - t0)
     if s.counters["bad_steps"] >= s.cfg.train.max_bad_steps:
         s.loggers.log(metrics, s.step)
@@ -197,15 +201,51 @@ def evaluate_policy(s: TrainSession, label: str) -> dict:
     return dict(res.summary)
 
 
-def summarize(s: TrainSession) -> dict:
-    ev, correct = s.history["eval"], s.history.get("eval_correct", {})
+def record_trained(history: dict, batch: list[Trajectory], staleness: Counter) -> None:
+    """What the summary reports about trained samples, kept in `history` (so it survives a resume): each
+    trained sample's response length and truncation, and a histogram of staleness in versions."""
+    history.setdefault("trained_lengths", []).extend(t.response_len for t in batch)
+    history["trained_truncated"] = history.get("trained_truncated", 0) + sum(t.truncated for t in batch)
+    hist = history.setdefault("staleness_hist", {})
+    for k, v in staleness.items():
+        hist[k] = hist.get(k, 0) + v
+
+
+def summarize(s: TrainSession, checkpoint=None) -> dict:
+    """The run's summary (also `summary.json`): held-out before/after with the paired comparison, trained
+    samples' lengths, segments and staleness, peak memory and the last checkpoint's size."""
+    ev, correct, h = s.history["eval"], s.history.get("eval_correct", {}), s.history
     paired = None
     if "before" in correct and "after" in correct and len(correct["before"]) > 1:
         paired = paired_difference(correct["before"], correct["after"], s.cfg.eval.k)
-    return {"run_dir": str(s.run_dir), "steps": s.step, "trained_samples": s.counters["trained_samples"],
-            "dropped_groups": s.counters["dropped_groups"], "eval_before": ev.get("before"),
-            "eval_after": ev.get("after"), "eval_paired": paired, "entropy": s.history["entropy"],
-            "segments_hist": dict(sorted(s.history["segments_hist"].items(), key=lambda kv: int(kv[0])))}
+    out = {"run_dir": str(s.run_dir), "steps": s.step, "trained_samples": s.counters["trained_samples"],
+           "dropped_groups": s.counters["dropped_groups"], "eval_before": ev.get("before"),
+           "eval_after": ev.get("after"), "eval_paired": paired, "entropy": h["entropy"],
+           "segments_hist": dict(sorted(h["segments_hist"].items(), key=lambda kv: int(kv[0])))}
+    lengths = h.get("trained_lengths")
+    if lengths:
+        stats = {k.split("/")[1]: v for k, v in length_stats(lengths).items()}  # mean, p50, p90, max
+        out["trained_lengths"] = {**stats, "truncated_share": h["trained_truncated"] / len(lengths)}
+    if h.get("staleness_hist"):
+        out["staleness_hist"] = dict(sorted(h["staleness_hist"].items(), key=lambda kv: int(kv[0])))
+    out["peak_rss_mib"] = peak_rss_mib(s)
+    if checkpoint is not None:
+        out["checkpoint_mib"] = sum(f.stat().st_size for f in Path(checkpoint).rglob("*") if f.is_file()) / 2**20
+    return out
+
+
+def peak_rss_mib(s: TrainSession) -> dict:
+    """Peak resident memory of this process and, with `train.pipeline=overlap`, of the learner process (MiB)."""
+    out = {"driver": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # KiB on Linux
+    pid = getattr(s.learner, "pid", None)
+    if pid:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    out["learner"] = int(line.split()[1]) / 1024
+        except OSError:
+            pass
+    return out
 
 
 class _StopOnSignal:

@@ -29,7 +29,8 @@ def weak_eos_model(tmp_path_factory):
 
 def test_long_run_killed_mid_segment_resumes_with_nothing_lost_or_trained_twice(weak_eos_model, tmp_path):
     ref = tmp_path / "reference"
-    assert train(R.config(weak_eos_model, *LONG, f"train.steps={N}"), ref)["steps"] == N
+    ref_summary = train(R.config(weak_eos_model, *LONG, f"train.steps={N}"), ref)
+    assert ref_summary["steps"] == N
     deep = [len(t["segments"]) for t in R.pools(ref / "checkpoints" / f"step_{KILL_AFTER:06d}")["unfinished"]["items"]]
     assert deep and max(deep) >= 4, deep  # half-decoded samples several segments deep wait in the pool
 
@@ -44,7 +45,8 @@ def test_long_run_killed_mid_segment_resumes_with_nothing_lost_or_trained_twice(
     assert child.proc.exitcode is not None and child.proc.exitcode != 0, child.text()
     assert committed(run) in (KILL_AFTER, KILL_AFTER + 1), child.text()
 
-    assert train(R.config(weak_eos_model, *LONG, f"train.steps={N}"), run, resume="auto")["steps"] == N
+    summary = train(R.config(weak_eos_model, *LONG, f"train.steps={N}"), run, resume="auto")
+    assert summary["steps"] == N
     trained = R.samples(run)
     ids = [r["sample_id"] for r in trained]
     assert len(ids) == len(set(ids)), "a sample was trained twice"
@@ -53,3 +55,13 @@ def test_long_run_killed_mid_segment_resumes_with_nothing_lost_or_trained_twice(
     assert R.metrics(run) == R.metrics(ref)
     assert R.pools(R.latest(run)) == R.pools(R.latest(ref))
     R.assert_same_weights(R.weights(R.latest(run)), R.weights(R.latest(ref)))
+    # the summary's long-run figures survive the kill, and agree with the samples log
+    for key in ("trained_lengths", "staleness_hist", "segments_hist"):
+        assert summary[key] == ref_summary[key], key
+    lengths = sorted(r["response_length"] for r in trained)
+    assert summary["trained_lengths"]["max"] == lengths[-1] and summary["trained_lengths"]["mean"] == pytest.approx(
+        sum(lengths) / len(lengths))
+    assert summary["trained_lengths"]["truncated_share"] == pytest.approx(
+        sum(r["stop_reason"] == "truncated" for r in trained) / len(trained))
+    assert sum(summary["staleness_hist"].values()) == len(trained)
+    assert summary["checkpoint_mib"] > 0 and summary["peak_rss_mib"]["driver"] > 100

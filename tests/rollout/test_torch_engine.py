@@ -14,8 +14,8 @@ from ulorl.config import AlgoConfig, TrainConfig
 from ulorl.learners.local import LocalLearner, make_micro_batches
 from ulorl.models import load_model, load_tokenizer
 from ulorl.rollout.engines import HFEngine, SamplingParams, TorchEngine
-from ulorl.rollout.engines.decoder import UnsupportedModelError
-from ulorl.rollout.engines.kv_cache import KVCacheBudgetError
+from ulorl.rollout.engines.decoder import SlotDecoder, UnsupportedModelError, split_long_rows
+from ulorl.rollout.engines.kv_cache import KVCacheBudgetError, SlotKVCache
 from ulorl.trajectory import Trajectory
 
 T = 0.7
@@ -188,3 +188,36 @@ def test_an_unsupported_architecture_gets_a_clear_error():
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=50, n_positions=32))
     with pytest.raises(UnsupportedModelError, match="rollout.engine=hf"):
         TorchEngine(model, [1])
+
+
+def test_split_long_rows_by_hand():
+    ctx = [10, 1000, 20, 30]  # attention lengths 11, 1001, 21, 31
+    # one batched call: 4 x 1001 = 4004; the long row alone: 1001 + 256 + 4 x 31 = 1381; two alone: 1628
+    assert split_long_rows(ctx, call_cost=256) == ([1], 31)
+    # calls for free: every row alone (1064 < 1097 for three alone < 1116 < 1125 < 4004)
+    assert split_long_rows(ctx, call_cost=0) == ([1, 3, 2, 0], 0)
+    assert split_long_rows(ctx, call_cost=float("inf")) == ([], 1001)
+    assert split_long_rows([50] * 8, call_cost=0) == ([], 51)  # equal rows: nothing to gain
+    assert split_long_rows(ctx, call_cost=0, max_alone=2) == ([1, 3], 21)  # 2 x at most: 1001 + 31 + 4 x 21
+
+
+@pytest.mark.parametrize("call_cost", [0.0, 256.0])
+def test_rows_attending_alone_give_the_batched_logits(tiny, call_cost):
+    """Splitting the decode attention by row length is a schedule, not a different function."""
+    _, model = tiny
+    dec = SlotDecoder(model)
+    lens = [3, 300, 17, 5, 120, 40]
+    seqs = [[5 + (i * 11 + j) % 60 for j in range(n)] for i, n in enumerate(lens)]
+    out = {}
+    for cost in (float("inf"), call_cost):
+        cache = SlotKVCache(dec.kv_shape(), len(seqs), 512, dec.device, 1.0)
+        dec.call_cost = cost
+        with torch.no_grad():
+            dec.prefill(cache, seqs, list(range(len(seqs))))
+            tokens = torch.tensor([7, 8, 9, 10, 11, 12])
+            first = dec.decode(cache, tokens, lens)
+            second = dec.decode(cache, tokens + 1, [n + 1 for n in lens])
+        out[cost] = torch.cat([first, second])
+    assert split_long_rows(lens, call_cost)[0]  # the case under test does split
+    diff = (out[call_cost] - out[float("inf")]).abs().max()
+    assert diff < 1e-5 * out[call_cost].abs().max(), diff  # float32 rounding, relative to logits of ~10

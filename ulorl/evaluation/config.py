@@ -20,7 +20,8 @@ class EvalConfig:
     num_problems: int | None = None  # None: every problem; else the first N
     pass_k: list[int] = field(default_factory=lambda: [1, 8, 32])  # reported when <= k; pass@k always reported
     seed: int = 0  # sampling seed (engine call i uses seed + i)
-    batch_size: int = 64  # prefixes (problems x samples) per engine call
+    batch_size: int = 64  # prefixes (problems x samples) per engine call; the torch engine takes them all in one
+    # call and decodes its slots at once (`rollout.max_batch` in training, --batch-size in `ulorl eval`)
 
     def __post_init__(self) -> None:
         for name in ("k", "max_new_tokens", "batch_size"):

@@ -58,6 +58,11 @@ class ProcessLearner:
         child.close()
         self._pending = False
 
+    @property
+    def pid(self) -> int | None:
+        """The learner process's id (the run summary reads its peak memory)."""
+        return self._proc.pid
+
     def submit(self, trajs: list[Trajectory], version: int, loss_keep: list[bool] | None = None) -> None:
         """Start one update on `trajs` (see `Learner.update`); returns at once. `result()` ends it."""
         if self._pending:

@@ -64,7 +64,14 @@ class EngineStats:
 
 @runtime_checkable
 class Engine(Protocol):
-    """A generation backend (HF on CPU by default, vLLM on GPU)."""
+    """A generation backend (the torch engine by default; HF for other architectures; vLLM on GPU).
+
+    An engine that refills a finished row's slot from the waiting prefixes within one call (continuous
+    batching) says so with a class attribute `continuous_batching = True` and takes a keyword
+    `progress: Callable[[int], None]` in `generate`, called with the number of rows that just finished;
+    callers then send many prefixes in one call (`evaluation/groups.py`) instead of chunks that each wait
+    for their longest row.
+    """
 
     stats: EngineStats
 

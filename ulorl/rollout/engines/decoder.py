@@ -8,9 +8,12 @@ shared without a copy) and replaces only the attention bookkeeping:
   layers see only real tokens (no padding), attention runs per group of equal-length
   sequences (causal), and each sequence's K/V is written into its slot;
 - `decode` advances live slots `[0, n)` by one token each: the new K/V is written in
-  place at each row's own position, and each row attends over its own context (a
-  per-row length mask over the slots' first `max(ctx) + 1` positions: no reallocation,
-  no concatenation, no padding rows).
+  place at each row's own position, and each row attends over its own context: the
+  longest rows (chosen by `split_long_rows`) attend alone over exactly their length, the
+  others together under a per-row length mask over the span of the longest of *them*. No
+  reallocation, no concatenation, no padding rows, and a short row never pays for the
+  longest one's context (at L = 4,096 one long row in 64 made every row attend over 4k
+  positions).
 
 Supported: decoder-only models whose layers follow the Llama pattern (`input_layernorm`,
 `self_attn.{q,k,v,o}_proj`, optional per-head `q_norm`/`k_norm` as in Qwen3,
@@ -72,6 +75,35 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos[:, None] + _rotate_half(x) * sin[:, None]
 
 
+# The cost of one extra attention call, in row x position units of batched attention: on the 2-core
+# CPU one call costs ~25 us and one row x position ~0.11 us (64 rows x 4,000 positions: 28 ms a
+# layer; one row alone over 4,000: 0.21 ms). `benchmarks/bench_engine_long.py` measures the effect.
+CALL_COST = 256
+
+
+def split_long_rows(ctx: list[int], call_cost: float = CALL_COST, max_alone: int | None = None
+                    ) -> tuple[list[int], int]:
+    """Which decode rows attend alone, and the span the others share.
+
+    ctx: each row's context length before this token. Row i attends over `ctx[i] + 1` positions.
+    Batched attention over n rows costs about `n x span` (span = the longest context among them + 1);
+    a row alone costs its own length plus `call_cost`. Taking the k longest rows out (k <= `max_alone`,
+    default every row: with many long rows of spread lengths, all alone is cheapest) minimises `n x span_k + sum(alone lengths) + k x call_cost`. Returns (rows to run alone, longest
+    first; the span the batched call needs, 0 when every row runs alone). Depends only on `ctx`, so the
+    schedule is deterministic.
+    """
+    n = len(ctx)
+    order = sorted(range(n), key=lambda i: -ctx[i])
+    best_k, best, alone = 0, n * (ctx[order[0]] + 1) if n else 0, 0
+    for k in range(1, min(n, n if max_alone is None else max_alone) + 1):
+        alone += ctx[order[k - 1]] + 1 + call_cost
+        rest = n * (ctx[order[k]] + 1) if k < n else 0
+        if rest + alone < best:
+            best_k, best = k, rest + alone
+    span = ctx[order[best_k]] + 1 if best_k < n else 0
+    return order[:best_k], span
+
+
 class SlotDecoder:
     """Prefill and decode over a `SlotKVCache` with the modules of a transformers model."""
 
@@ -84,6 +116,7 @@ class SlotDecoder:
         self.head_dim = attn.head_dim
         self.group = self.num_heads // self.num_kv
         self.scale = attn.scaling
+        self.call_cost = CALL_COST  # `split_long_rows`; inf: every row in one batched call (the old schedule)
 
     @property
     def device(self) -> torch.device:
@@ -149,7 +182,7 @@ class SlotDecoder:
         return next-token logits `(n, V)`."""
         dev, n = self.device, tokens.shape[0]
         pos = torch.tensor(ctx, device=dev)
-        span = max(ctx) + 1
+        alone, span = split_long_rows(ctx, self.call_cost)
         mask = (torch.arange(span, device=dev)[None, :] <= pos[:, None])[:, None, None, :]  # (n, 1, 1, span)
         rows = torch.arange(n, device=dev)
         x, cos, sin = self._embed(tokens, pos)
@@ -160,8 +193,16 @@ class SlotDecoder:
             kc[rows, :, pos] = k
             vc[rows, :, pos] = v
             # grouped-query attention without copying K/V: the G query heads of a KV head act as G queries
-            o = F.scaled_dot_product_attention(q.view(n, self.num_kv, self.group, self.head_dim), kc[:n, :, :span],
-                                               vc[:n, :, :span], attn_mask=mask, scale=self.scale)
+            q = q.view(n, self.num_kv, self.group, self.head_dim)
+            if span:  # rows run alone below get a truncated window here, overwritten
+                o = F.scaled_dot_product_attention(q, kc[:n, :, :span], vc[:n, :, :span], attn_mask=mask,
+                                                   scale=self.scale)
+            else:
+                o = torch.empty_like(q)
+            for i in alone:  # views of the slot's own context: no copy, no mask
+                e = ctx[i] + 1
+                o[i:i + 1] = F.scaled_dot_product_attention(q[i:i + 1], kc[i:i + 1, :, :e], vc[i:i + 1, :, :e],
+                                                             scale=self.scale)
             x = x + attn.o_proj(o.reshape(n, -1))
             x = x + layer.mlp(_norm(layer.post_attention_layernorm, x))
         return self._logits(x)

@@ -23,6 +23,8 @@ model's own parameters: shared with the learner without a copy, or loaded by
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 
 from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams, check_prefixes, load_weights
@@ -35,6 +37,8 @@ CAPACITY_STEP = 256  # cache capacity is rounded up to this many tokens, so grow
 
 class TorchEngine:
     """Continuous-batching engine over a Llama-family transformers model."""
+
+    continuous_batching = True  # see `Engine`: callers may send every prefix in one call
 
     def __init__(self, model, eos_ids: list[int], max_batch: int = 256, kv_cache_gib: float = 4.0,
                  prefill_tokens: int = 16384) -> None:
@@ -77,14 +81,15 @@ class TorchEngine:
 
     @torch.no_grad()
     def generate(self, prefixes: list[list[int]], max_new_tokens: int, params: SamplingParams,
-                 seed: int | None = None) -> list[GenerationOutput]:
+                 seed: int | None = None, progress: Callable[[int], None] | None = None) -> list[GenerationOutput]:
+        """`progress(n)` is called when n rows finish (for a progress bar over a long call)."""
         check_prefixes(prefixes, max_new_tokens)
         if not prefixes:
             return []
         was_training = self.model.training
         self.model.eval()
         try:
-            return _Run(self, prefixes, max_new_tokens, params, seed).run()
+            return _Run(self, prefixes, max_new_tokens, params, seed, progress).run()
         finally:
             self.model.train(was_training)
 
@@ -96,8 +101,10 @@ class _Run:
     new tokens (slot i is row i: live rows are always slots `[0, n_live)`).
     """
 
-    def __init__(self, eng: TorchEngine, prefixes, max_new: int, params: SamplingParams, seed: int | None) -> None:
+    def __init__(self, eng: TorchEngine, prefixes, max_new: int, params: SamplingParams, seed: int | None,
+                 progress: Callable[[int], None] | None = None) -> None:
         self.eng, self.dec, self.prefixes, self.max_new, self.params = eng, eng.decoder, prefixes, max_new, params
+        self.progress = progress
         dev = self.dec.device
         self.gen = torch.Generator(device=dev).manual_seed(seed) if seed is not None else None
         self.slots = min(eng.max_batch, len(prefixes))
@@ -152,6 +159,8 @@ class _Run:
                 done.append(i)
         if not done:
             return tok
+        if self.progress is not None:
+            self.progress(len(done))
         n_keep = len(self.req) - len(done)
         done_set = set(done)
         holes = [i for i in done if i < n_keep]

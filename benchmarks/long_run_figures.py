@@ -1,0 +1,136 @@
+"""Figures of a long run (`configs/long.yaml`): what docs/long_run.md shows.
+
+    python benchmarks/long_run_figures.py runs/long --out docs/figures/long
+
+Reads the run folder (`metrics.jsonl`, `history.json`, `config.yaml`) and writes four PNGs and the numbers
+behind them (`figures.json`):
+- `response_length.png`: trained samples' response length per step (mean and max) and the truncated share;
+- `entropy.png`: policy entropy per step and the DMMPT mask ratio;
+- `accuracy_by_length.png`: held-out avg@k before and after RL by problem size (the eval problems are rebuilt
+  from the run's data config, so sizes match `eval_correct` problem by problem), with standard errors;
+- `step_time.png`: seconds per step split into generation, reward and update.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+from pathlib import Path
+
+from matplotlib.figure import Figure
+
+from benchlib import emit
+
+BUCKETS = ((2, 9), (10, 29), (30, 59), (60, 99), (100, 199), (200, 399), (400, 680))  # problem steps n
+
+
+def eval_sizes(run: Path) -> list[int]:
+    """Problem size n of each held-out problem, in evaluation order."""
+    from ulorl.config import load_run_config
+    from ulorl.data.loaders import EVAL_SEED_OFFSET
+    from ulorl.tasks import task_rows
+
+    cfg = load_run_config(str(run / "config.yaml"), [])
+    rows = task_rows(cfg.data.eval, cfg.data.eval_size, seed=cfg.data.seed + EVAL_SEED_OFFSET, split="eval")
+    n = cfg.eval.num_problems or len(rows)
+    return [int(r["extra_info"]["size"]) for r in rows[:n]]
+
+
+def accuracy_by_length(sizes: list[int], correct: dict[str, list[int]], k: int) -> list[dict]:
+    """Per bucket: problems, answer tokens of a correct response, avg@k before/after and the paired SE."""
+    out = []
+    for lo, hi in BUCKETS:
+        idx = [i for i, n in enumerate(sizes) if lo <= n <= hi]
+        if not idx:
+            continue
+        row = {"steps": f"{lo}-{hi}", "answer_tokens": f"{6 * lo + 9}-{6 * hi + 9}", "problems": len(idx)}
+        for label in ("before", "after"):
+            if label in correct:
+                row[label] = sum(correct[label][i] for i in idx) / (k * len(idx))
+        if "before" in correct and "after" in correct:
+            d = [(correct["after"][i] - correct["before"][i]) / k for i in idx]
+            mean = sum(d) / len(d)
+            var = sum((x - mean) ** 2 for x in d) / max(len(d) - 1, 1)
+            row["change"], row["se"] = mean, math.sqrt(var / len(d))
+        out.append(row)
+    return out
+
+
+def _save(fig: Figure, path: Path) -> None:
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("run", type=Path)
+    p.add_argument("--out", type=Path, default=Path("docs/figures/long"))
+    args = p.parse_args()
+    from ulorl.logging.jsonl import read_metrics
+
+    rows = read_metrics(args.run / "metrics.jsonl")
+    history = json.loads((args.run / "history.json").read_text())
+    args.out.mkdir(parents=True, exist_ok=True)
+    steps = [r["step"] for r in rows]
+
+    def col(name: str) -> list[float]:
+        return [r.get(name) if r.get(name) is not None else float("nan") for r in rows]
+
+    fig = Figure(figsize=(6.5, 3.6))
+    ax = fig.add_subplot()
+    ax.plot(steps, col("response_length/mean"), label="mean")
+    ax.plot(steps, col("response_length/max"), label="max", alpha=0.6)
+    ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel("trained response length (tokens)")
+    ax2 = ax.twinx()
+    ax2.plot(steps, col("response_length/clip_ratio"), color="grey", linestyle=":", label="truncated share")
+    ax2.set_ylabel("truncated share")
+    fig.legend(loc="upper left", fontsize=8)
+    _save(fig, args.out / "response_length.png")
+
+    fig = Figure(figsize=(6.5, 3.6))
+    ax = fig.add_subplot()
+    ax.plot(steps, col("actor/entropy"), label="entropy")
+    ax.set_xlabel("step")
+    ax.set_ylabel("mean token entropy (nats)")
+    ax2 = ax.twinx()
+    ax2.plot(steps, col("actor/dmmpt_mask_ratio"), color="grey", linestyle=":", label="DMMPT mask ratio")
+    ax2.set_ylabel("share of tokens masked")
+    fig.legend(loc="upper left", fontsize=8)
+    _save(fig, args.out / "entropy.png")
+
+    fig = Figure(figsize=(6.5, 3.6))
+    ax = fig.add_subplot()
+    gen, rew, upd = col("timing_s/gen"), col("timing_s/reward"), col("timing_s/update")
+    ax.bar(steps, gen, label="generation")
+    ax.bar(steps, rew, bottom=gen, label="reward")
+    ax.bar(steps, upd, bottom=[g + r for g, r in zip(gen, rew)], label="update")
+    ax.set_xlabel("step")
+    ax.set_ylabel("seconds")
+    ax.legend(fontsize=8)
+    _save(fig, args.out / "step_time.png")
+
+    cfg_k = json.loads(json.dumps(history.get("eval", {}).get("before", {}))).get("k", 1)
+    by_len = accuracy_by_length(eval_sizes(args.run), history.get("eval_correct", {}), int(cfg_k))
+    fig = Figure(figsize=(6.5, 3.6))
+    ax = fig.add_subplot()
+    x = list(range(len(by_len)))
+    for off, label in ((-0.2, "before"), (0.2, "after")):
+        if all(label in b for b in by_len):
+            ax.bar([i + off for i in x], [b[label] for b in by_len], width=0.4, label=f"{label} RL")
+    ax.set_xticks(x, [f"{b['steps']}\n({b['problems']})" for b in by_len], fontsize=8)
+    ax.set_xlabel("problem steps n (held-out problems)")
+    ax.set_ylabel(f"avg@{cfg_k}")
+    ax.legend(fontsize=8)
+    _save(fig, args.out / "accuracy_by_length.png")
+
+    tot = {k: sum(v for v in col(k) if v == v) for k in ("timing_s/gen", "timing_s/reward", "timing_s/update",
+                                                          "timing_s/step")}
+    return emit({"run": str(args.run), "steps": len(steps), "accuracy_by_length": by_len, "time_totals_s": tot,
+                 "eval": history.get("eval")}, args.out / "figures.json")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
