@@ -14,7 +14,9 @@
 # brings its own CUDA build of torch, several GB); its run (vLLM start-up with torch.compile and CUDA graphs, 6
 # training steps) takes about 3-5 minutes.
 # Knobs: ENGINE (torch), STEPS (6), RESPONSE_LEN (1024), DECODE_BATCH (512), GPU_MEM (0.3), OUT
-# (runs/gpu_check-<time>); DEVICE=cpu only for a dry run of this script (vllm: with a stand-in `vllm` module).
+# (runs/gpu_check-<time>); DEVICE=cpu only for a dry run of this script (vllm: with a stand-in `vllm` module);
+# OVERLAP (1 with ENGINE=torch): the same run again with train.pipeline=overlap, the learner process on
+# LEARNER_DEVICE (default: DEVICE, colocated; cuda:1 on a machine with two GPUs), into $OUT/run_overlap.
 # Results: $OUT/gpu_engine_check.json, $OUT/run/metrics.jsonl, $OUT/gpu_check.json; copy the printed tables into
 # docs/scale.md.
 set -euo pipefail
@@ -92,8 +94,8 @@ EOF
 # pois/abs_log_ratio_age0 = mean |log pi_learner - log pi_vLLM| on tokens of the current version: bf16 engine vs
 # fp32 learner noise (~1e-2) when log-probs and weights agree; a wrong temperature or a missed sync shows up here.
 ulorl_train() { "$PYTHON" -c "import sys; from ulorl.cli import main; sys.exit(main(sys.argv[1:]))" "$@"; }
-ulorl_train train -o "$OUT/run" \
-    model.path="$OUT/model" model.warm_start=none model.dtype=float32 \
+run_args() {
+    echo model.path="$OUT/model" model.warm_start=none model.dtype=float32 \
     data.train_size=4000 data.eval=null \
     rollout.engine="$ENGINE" rollout.max_response_len="$RESPONSE_LEN" rollout.num_segments=4 rollout.group_size=8 \
     rollout.decode_batch="$DECODE_BATCH" rollout.kv_cache_gib=16 \
@@ -103,6 +105,16 @@ ulorl_train train -o "$OUT/run" \
     train.micro_batch_tokens=32768 train.logit_chunk=1024 \
     reward.num_workers=2 reward.overlong=soft_penalty reward.overlong_buffer=$((RESPONSE_LEN / 2)) \
     checkpoint.every=0 logging.progress=false logging.table_every=1
+}
+# shellcheck disable=SC2046
+ulorl_train train -o "$OUT/run" $(run_args)
+OVERLAP="${OVERLAP:-$([ "$ENGINE" = torch ] && echo 1 || echo 0)}"
+if [ "$OVERLAP" = 1 ]; then
+    # the learner in its own process (issue 19): colocated on DEVICE, or on LEARNER_DEVICE
+    # shellcheck disable=SC2046
+    ulorl_train train -o "$OUT/run_overlap" $(run_args) train.pipeline=overlap \
+        train.learner_device="${LEARNER_DEVICE:-$DEVICE}"
+fi
 
 # -- 4. report ------------------------------------------------------------------------------------------------
 "$PYTHON" - "$OUT" "$START" <<'EOF'
@@ -138,5 +150,14 @@ print(f"\ngpu_check: steps 2-{rows[-1]['step']}: {summary['tokens_per_s']:.0f} t
       f"{summary['gen_tokens_per_s']:.0f} tokens/s while generating, step time {summary['step_time_s']:.2f} s "
       f"(update {summary['update_time_s']:.2f} s); first step {summary['first_step_s']:.2f} s; "
       f"wall time {summary['wall_s_total']:.0f} s (incl. install and start-up)")
+ov = read_metrics(out / "run_overlap" / "metrics.jsonl") if (out / "run_overlap" / "metrics.jsonl").exists() else []
+if ov:
+    w = ov[1:] or ov
+    summary["overlap"] = {"step_time_s": sum(r["timing_s/step"] for r in w) / len(w),
+                          "overlap_efficiency": [r.get("pipeline/overlap_efficiency") for r in ov],
+                          "abs_log_ratio_age1": [r.get("pois/abs_log_ratio_age1") for r in ov]}
+    (out / "gpu_check.json").write_text(json.dumps(summary, indent=1))
+    print(f"gpu_check: overlap (train.pipeline=overlap): step time {summary['overlap']['step_time_s']:.2f} s "
+          f"against {summary['step_time_s']:.2f} s sync")
 print(f"gpu_check: OK ({out})")
 EOF

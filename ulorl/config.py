@@ -187,9 +187,14 @@ class TrainConfig:
     # sync | overlap: in overlap the learner runs in its own process and the next step's rollout rounds run while
     # it computes the update, with the weights of the update before (staleness exactly one version)
     pipeline: str = "sync"
+    # overlap only: the learner process's device ("": train.device, i.e. colocated with the engine; on GPUs
+    # e.g. cuda:1 puts the learner on its own device, docs/scale.md)
+    learner_device: str = ""
 
     def __post_init__(self) -> None:
         check_choice("train.pipeline", self.pipeline, PipelineMode)
+        if self.learner_device:
+            _device_name("train.learner_device", self.learner_device)
         for k in ("steps", "train_groups", "lr", "micro_batch_tokens", "logit_chunk", "max_rounds_per_step",
                   "max_bad_steps"):
             _positive(f"train.{k}", getattr(self, k))
@@ -281,14 +286,13 @@ class RunConfig:
                 f"algo.is_mode=tois is true on-policy training and needs rollout.num_segments=1 "
                 f"(got {self.rollout.num_segments}); use pois or sais with segments"
             )
+        if self.train.learner_device and self.train.pipeline != PipelineMode.OVERLAP:
+            raise ConfigError(f"train.learner_device={self.train.learner_device} places the learner process of "
+                              "train.pipeline=overlap; with train.pipeline=sync the learner runs on train.device")
         if self.train.pipeline == PipelineMode.OVERLAP:
             if self.algo.is_mode == "tois":
                 raise ConfigError("algo.is_mode=tois is true on-policy training; train.pipeline=overlap trains on "
                                   "samples one version old: use train.pipeline=sync, or is_mode=pois / sais")
-            if not self.train.device.startswith("cpu"):
-                raise ConfigError(f"train.pipeline=overlap runs the learner process on the CPU for now; "
-                                  f"train.device={self.train.device} needs train.pipeline=sync (separate GPUs for "
-                                  "the engine and the learner are not built yet: docs/scale.md)")
             if self.distributed.backend != "local":
                 raise ConfigError(f"train.pipeline=overlap runs the learner in a local child process; "
                                   f"distributed.backend={self.distributed.backend} is not supported with it yet "
@@ -351,11 +355,14 @@ def check_runnable(cfg: RunConfig) -> None:
         raise ConfigError(f"reward.api_key_env={r.api_key_env!r}: that environment variable is not set or empty; "
                           "export it before the run (the key is read from it, never from a config)")
 
-    dev = torch.device(cfg.train.device)
-    count = _DEVICE_COUNT.get(dev.type, lambda torch: 0)(torch)
-    if count == 0 or (dev.index or 0) >= count:
-        raise ConfigError(f"train.device={cfg.train.device!r}: no such device on this machine ({count} "
-                          f"{dev.type} device(s) visible); use train.device=cpu or a visible one")
+    for key, name in (("train.device", cfg.train.device), ("train.learner_device", cfg.train.learner_device)):
+        if not name:
+            continue
+        dev = torch.device(name)
+        count = _DEVICE_COUNT.get(dev.type, lambda torch: 0)(torch)
+        if count == 0 or (dev.index or 0) >= count:
+            raise ConfigError(f"{key}={name!r}: no such device on this machine ({count} {dev.type} device(s) "
+                              f"visible); use {key}=cpu or a visible one")
 
 
 def load_run_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:

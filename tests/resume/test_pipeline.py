@@ -11,14 +11,17 @@
 
 from __future__ import annotations
 
+from dataclasses import fields
 from pathlib import Path
 
 import pytest
 import resume_helpers as R
 import torch
 
-from ulorl.config import ConfigError, load_run_config
+from ulorl.config import ConfigError, check_runnable, load_run_config
+from ulorl.learners.local import make_micro_batches
 from ulorl.trainer import train
+from ulorl.trajectory import Trajectory
 
 N = 5
 OVERLAP = "train.pipeline=overlap"
@@ -136,8 +139,34 @@ def test_overlap_metrics_are_logged(overlap_run):
     (["train.pipeline=async"], "train.pipeline='async' is not allowed; choose one of: sync, overlap"),
     ([OVERLAP, "algo.is_mode=tois", "rollout.num_segments=1"], "tois is true on-policy"),
     ([OVERLAP, "distributed.backend=ray"], "distributed.backend=ray is not supported"),
-    ([OVERLAP, "train.device=cuda"], "learner process on the CPU for now"),
+    (["train.learner_device=cuda:1"], "with train.pipeline=sync the learner runs on train.device"),
+    ([OVERLAP, "train.learner_device=gpu0"], "train.learner_device='gpu0' is not a device name"),
 ])
 def test_configurations_the_mode_cannot_run_fail_at_load(extra, match):
     with pytest.raises(ConfigError, match=match):
         load_run_config("configs/demo.yaml", extra)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() >= 2, reason="this machine has the GPUs")
+def test_gpu_placement_loads_and_a_missing_learner_device_is_named_before_any_work():
+    """Engine on cuda:0, learner process on cuda:1 is a valid configuration (docs/scale.md); on a machine
+    without them the run stops before any work, naming the setting."""
+    cfg = load_run_config("configs/demo.yaml", [OVERLAP, "train.device=cpu", "train.learner_device=cuda:1"])
+    assert cfg.train.learner_device == "cuda:1"
+    with pytest.raises(ConfigError, match=r"train.learner_device='cuda:1': no such device on this machine"):
+        check_runnable(cfg)
+
+
+def test_a_micro_batch_moves_every_tensor_to_the_models_device():
+    """The learner collates on the CPU and computes where the model is (GPU learners, colocated or not)."""
+    traj = Trajectory(sample_id="s/0", group_id="s", prompt_id="p", prompt_tokens=[5, 6, 7], ground_truth="0",
+                      data_source="x")
+    traj.append_segment([8, 9], [-0.5, -0.25], 0)
+    (mb,) = make_micro_batches([traj], torch.zeros(1), 1, 0, 1000)
+    moved = mb.to(torch.device("meta"))
+    for f in fields(mb):
+        got = getattr(moved, f.name)
+        if f.name == "pad_tokens":
+            assert got == mb.pad_tokens
+        else:
+            assert got.device.type == "meta" and got.shape == getattr(mb, f.name).shape, f.name

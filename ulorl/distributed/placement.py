@@ -61,7 +61,8 @@ class LocalPlacement:
         if torch.device(t.device).type == "cpu":  # one core for the engine here, one for the learner process
             self._threads = torch.get_num_threads()
             torch.set_num_threads(1)
-        self._learner = ProcessLearner(model, t, self.cfg.algo, self.cfg.rollout.temperature, pad_id)
+        self._learner = ProcessLearner(model, t, self.cfg.algo, self.cfg.rollout.temperature, pad_id,
+                                       device=t.learner_device or t.device)
         return self._learner
 
     def close(self) -> None:

@@ -139,8 +139,9 @@ class ShardedLearner(LocalLearner):
         n = int(self._reduce(torch.tensor([len(mbs)], dtype=torch.float64), dist.ReduceOp.MAX)[0])
         if n > len(mbs) and self._filler is None:
             raise ValueError("fsdp2: a rank has fewer micro-batches than another but no sample to pad with")
+        dev = mbs[0].input_ids.device if mbs else torch.device("cpu")
         empty = lambda: make_micro_batches([self._filler], torch.zeros(1), version, self.pad_id,  # noqa: E731
-                                           self.train_cfg.micro_batch_tokens, loss_keep=[False])[0]
+                                           self.train_cfg.micro_batch_tokens, loss_keep=[False])[0].to(dev)
         return mbs + [empty() for _ in range(n - len(mbs))]  # zero tokens: no loss, no gradient, same passes
 
     # -- reductions over ranks -------------------------------------------------------------------

@@ -20,7 +20,7 @@ shard exactly as one process would.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import torch
 
@@ -45,6 +45,11 @@ class MicroBatch:
     rewards: torch.Tensor  # (b,)
     advantages: torch.Tensor  # (b,)
     pad_tokens: int
+
+    def to(self, device: torch.device) -> MicroBatch:
+        """The same micro-batch with every tensor on `device` (collated on the CPU, computed where the model is)."""
+        return MicroBatch(**{f.name: getattr(self, f.name).to(device) if f.name != "pad_tokens" else self.pad_tokens
+                             for f in fields(self)})
 
 
 def make_micro_batches(trajs: list[Trajectory], advantages: torch.Tensor, version: int, pad_id: int,
@@ -145,8 +150,8 @@ class LocalLearner:
         lp_flat, ent_flat = chunked_logprobs_entropy(hidden, head.weight,
                                                      mb.targets, self.temperature, self.train_cfg.logit_chunk,
                                                      bias=getattr(head, "bias", None))
-        logprobs = torch.zeros(mb.response_mask.shape, dtype=lp_flat.dtype)
-        entropy = torch.zeros(mb.response_mask.shape, dtype=ent_flat.dtype)
+        logprobs = torch.zeros(mb.response_mask.shape, dtype=lp_flat.dtype, device=lp_flat.device)
+        entropy = torch.zeros(mb.response_mask.shape, dtype=ent_flat.dtype, device=ent_flat.device)
         logprobs = logprobs.index_put((mb.gather_rows, mb.target_cols), lp_flat)
         entropy[mb.gather_rows, mb.target_cols] = ent_flat
         return logprobs, entropy
@@ -223,8 +228,10 @@ class LocalLearner:
 
     def micro_batches(self, trajs: list[Trajectory], advantages: torch.Tensor, version: int,
                       loss_keep: list[bool] | None) -> list[MicroBatch]:
-        return make_micro_batches(trajs, advantages, version, self.pad_id, self.train_cfg.micro_batch_tokens,
-                                  loss_keep)
+        mbs = make_micro_batches(trajs, advantages, version, self.pad_id, self.train_cfg.micro_batch_tokens,
+                                 loss_keep)
+        dev = self.params[0].device if self.params else torch.device("cpu")
+        return mbs if dev.type == "cpu" else [mb.to(dev) for mb in mbs]
 
     # -- reductions over data-parallel ranks: identities for one process -------------------------
     lockstep = False  # True when every rank must run the same forward/backward passes (FSDP2)

@@ -11,8 +11,12 @@ must not see weights change in the middle of a round, so the learner lives in it
     result() <──────────── pipe ──────────── metrics
     model.load_state_dict(buffers): the engine now decodes with W_{k+1}
 
-The weights cross once per update through shared-memory buffers (no pickling of tensors per
-update); the batch and the metrics cross the pipe. `update()` (the `Learner` protocol) is
+The weights cross once per update through shared-memory buffers in host memory (no pickling of
+tensors per update); the batch and the metrics cross the pipe. On GPUs the child computes on
+`device` (`train.learner_device`: a second GPU, or the engine's own for a colocated pipeline):
+its weights go device -> host buffers -> the engine's device once per update (2 x the model's
+bytes over PCIe; peers use NCCL broadcasts or CUDA IPC for this, not built here), and its
+optimizer state comes back to the driver on the CPU for checkpoints. `update()` (the `Learner` protocol) is
 `submit` + `result`, so the process learner can also run a plain synchronous loop.
 
 Chosen over the Ray placement by what it costs on the 2-core CI machine: Ray starts a GCS, a
@@ -28,6 +32,7 @@ import copy
 import signal
 import time
 import traceback
+from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
@@ -46,14 +51,16 @@ class ProcessLearner:
     """The `Learner` protocol, computed in a child process; `model` receives the weights after each update."""
 
     def __init__(self, model: torch.nn.Module, train: TrainConfig, algo: AlgoConfig, temperature: float,
-                 pad_id: int, threads: int = 1) -> None:
+                 pad_id: int, threads: int = 1, device: str | None = None) -> None:
         self.model = model
-        self.buffers = {k: v.detach().clone().share_memory_() for k, v in model.state_dict().items()}
+        self.buffers = {k: v.detach().to("cpu", copy=True).share_memory_() for k, v in model.state_dict().items()}
+        device = device or train.device
         ctx = mp.get_context("spawn")  # a fresh interpreter: no inherited OpenMP state or threads
         self._conn, child = ctx.Pipe()
+        host_copy = copy.deepcopy(model).to("cpu")  # moved to `device` in the child (no CUDA tensors cross)
         self._proc = ctx.Process(target=_serve, name="ulorl-learner", daemon=True,
-                                 args=(child, copy.deepcopy(model), self.buffers, train, algo, temperature, pad_id,
-                                       threads))
+                                 args=(child, host_copy, self.buffers, replace(train, device=device), algo,
+                                       temperature, pad_id, threads))
         self._proc.start()
         child.close()
         self._pending = False
@@ -124,6 +131,7 @@ def _serve(conn, model, buffers, train, algo, temperature, pad_id, threads) -> N
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     torch.set_num_threads(threads)
+    model.to(train.device)
     learner = LocalLearner(model, train, algo, temperature, pad_id)
     idle_since = time.perf_counter()
     while True:
@@ -144,7 +152,7 @@ def _serve(conn, model, buffers, train, algo, temperature, pad_id, threads) -> N
                 value = {**m, "pipeline/learner_idle_s": t0 - idle_since, "timing_s/update_compute": t1 - t0}
                 idle_since = t1
             elif msg[0] == "state":
-                value = learner.state_dict()
+                value = _to_cpu(learner.state_dict())  # optimizer.load_state_dict casts back on load
             elif msg[0] == "load":
                 value = learner.load_state_dict(msg[1])
             else:
@@ -156,3 +164,14 @@ def _serve(conn, model, buffers, train, algo, temperature, pad_id, threads) -> N
             conn.send(reply)
         except (BrokenPipeError, OSError):
             return
+
+
+def _to_cpu(obj):
+    """`obj` with every tensor inside (dicts, lists, tuples) copied to the CPU."""
+    if isinstance(obj, torch.Tensor):
+        return obj.cpu()
+    if isinstance(obj, dict):
+        return {k: _to_cpu(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_to_cpu(v) for v in obj)
+    return obj
