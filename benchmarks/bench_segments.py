@@ -43,8 +43,8 @@ class Probe:
     """Per-step phase times (CPU and wall) and the engine's work, measured from outside the package.
 
     Wraps `rollout.round`, `reward.score` and `learner.update`, and the engine's forward passes: for the torch
-    engine its decoder's `prefill` (packed real tokens) and `decode` (live rows x the longest live context they
-    read); for the hf engine a hook on the model's forward (more than one input position: a prefill of B x P padded
+    engine its decoder's `prefill` (packed real tokens) and `decode` (the context positions its attention reads:
+    rows alone over their own length, the rest over the span of the longest of them); for the hf engine a hook on the model's forward (more than one input position: a prefill of B x P padded
     tokens; one position: a decode iteration over B rows attending to the attention-mask length).
     """
 
@@ -75,8 +75,13 @@ class Probe:
     def _wrap_decoder(self, dec) -> None:
         dec.prefill = self._timed(dec.prefill, "prefill_fwd", lambda cache, seqs, slots: {
             "prefill_tokens": sum(map(len, seqs)), "prefill_sq": sum(len(x) ** 2 for x in seqs)})
-        dec.decode = self._timed(dec.decode, "decode_fwd",
-                                 lambda cache, tokens, ctx: {"ctx_sum": len(ctx) * (max(ctx) + 1)})
+        from ulorl.rollout.engines.decoder import split_long_rows
+
+        def reads(cache, tokens, ctx):  # the positions the decode attention reads (rows alone + the batched span)
+            alone, span = split_long_rows(ctx, dec.call_cost)
+            return {"ctx_sum": sum(ctx[i] + 1 for i in alone) + len(ctx) * span}
+
+        dec.decode = self._timed(dec.decode, "decode_fwd", reads)
 
     def _wrap(self, obj, name: str, phase: str) -> None:
         counts = {"reward": lambda texts, *a, **k: {"finished": len(texts)},  # one text per finished sample

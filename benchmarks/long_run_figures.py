@@ -57,6 +57,13 @@ def accuracy_by_length(sizes: list[int], correct: dict[str, list[int]], k: int) 
     return out
 
 
+def _legend(ax, ax2) -> None:
+    """One legend for a plot with two y axes, inside the plot."""
+    h1, l1 = ax.get_legend_handles_labels()
+    h2, l2 = ax2.get_legend_handles_labels()
+    ax.legend(h1 + h2, l1 + l2, loc="upper right", fontsize=8, framealpha=0.8)
+
+
 def _save(fig: Figure, path: Path) -> None:
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -87,7 +94,8 @@ def main() -> int:
     ax2 = ax.twinx()
     ax2.plot(steps, col("response_length/clip_ratio"), color="grey", linestyle=":", label="truncated share")
     ax2.set_ylabel("truncated share")
-    fig.legend(loc="upper left", fontsize=8)
+    ax.set_title("Trained samples' response length")
+    _legend(ax, ax2)
     _save(fig, args.out / "response_length.png")
 
     fig = Figure(figsize=(6.5, 3.6))
@@ -98,7 +106,8 @@ def main() -> int:
     ax2 = ax.twinx()
     ax2.plot(steps, col("actor/dmmpt_mask_ratio"), color="grey", linestyle=":", label="DMMPT mask ratio")
     ax2.set_ylabel("share of tokens masked")
-    fig.legend(loc="upper left", fontsize=8)
+    ax.set_title("Policy entropy and DMMPT masking")
+    _legend(ax, ax2)
     _save(fig, args.out / "entropy.png")
 
     fig = Figure(figsize=(6.5, 3.6))
@@ -109,10 +118,11 @@ def main() -> int:
     ax.bar(steps, upd, bottom=[g + r for g, r in zip(gen, rew)], label="update")
     ax.set_xlabel("step")
     ax.set_ylabel("seconds")
+    ax.set_title("Time per step")
     ax.legend(fontsize=8)
     _save(fig, args.out / "step_time.png")
 
-    cfg_k = json.loads(json.dumps(history.get("eval", {}).get("before", {}))).get("k", 1)
+    cfg_k = history.get("eval", {}).get("before", {}).get("k", 1)
     by_len = accuracy_by_length(eval_sizes(args.run), history.get("eval_correct", {}), int(cfg_k))
     fig = Figure(figsize=(6.5, 3.6))
     ax = fig.add_subplot()
@@ -123,6 +133,7 @@ def main() -> int:
     ax.set_xticks(x, [f"{b['steps']}\n({b['problems']})" for b in by_len], fontsize=8)
     ax.set_xlabel("problem steps n (held-out problems)")
     ax.set_ylabel(f"avg@{cfg_k}")
+    ax.set_title("Held-out accuracy by problem length")
     ax.legend(fontsize=8)
     _save(fig, args.out / "accuracy_by_length.png")
 

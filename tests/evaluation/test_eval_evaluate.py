@@ -97,3 +97,30 @@ def test_run_eval_cli_writes_results_and_report(tiny, tmp_path):
     assert results["datasets"]["set.jsonl"]["summary"]["num_problems"] == 1
     report = (tmp_path / "out" / "report.md").read_text()
     assert "## builtin:chain" in report and "## set.jsonl" in report
+
+
+def test_a_continuous_batching_engine_gets_calls_as_large_as_the_token_cap(monkeypatch):
+    """The torch engine refills slots within a call: evaluation sends it every prefix it can hold (calls cut at
+    MAX_CALL_TOKENS token cells), seeds call by call, and the progress bar advances with each finished row."""
+    from ulorl.evaluation import groups
+    from ulorl.rollout.engines import SamplingParams
+
+    class Continuous:
+        continuous_batching = True
+
+        def __init__(self):
+            self.calls = []
+
+        def generate(self, prefixes, max_new_tokens, params, seed=None, progress=None):
+            self.calls.append((len(prefixes), seed))
+            for _ in prefixes:
+                progress(1)
+            return [GenerationOutput(tokens=[p[0]], logprobs=[0.0], eos=True) for p in prefixes]
+
+    monkeypatch.setattr(groups, "MAX_CALL_TOKENS", 40)
+    eng = Continuous()
+    prefixes = [[i + 1] for i in range(7)]
+    got = groups.sample_groups(eng, prefixes, 3, SamplingParams(), max_new_tokens=4, batch_size=2, seed=5,
+                               progress=False)
+    assert eng.calls == [(10, 5), (10, 6), (1, 7)]  # 21 prefixes, 40 // 4 = 10 per call (not batch_size=2)
+    assert [[o.tokens[0] for o in g] for g in got] == [[i + 1] * 3 for i in range(7)]  # regrouped in order

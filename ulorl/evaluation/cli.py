@@ -30,7 +30,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--top-k", type=int, default=_DEFAULTS["top_k"], help="-1: off")
     parser.add_argument("--max-new-tokens", type=int, default=_DEFAULTS["max_new_tokens"])
     parser.add_argument("--num-problems", type=int, default=None, help="evaluate the first N problems of each set")
-    parser.add_argument("--batch-size", type=int, default=_DEFAULTS["batch_size"], help="sequences decoded at once (torch engine slots; other engines: prefixes per call)")
+    parser.add_argument("--batch-size", type=int, default=_DEFAULTS["batch_size"],
+                        help="sequences decoded at once (torch engine slots; other engines: prefixes per call)")
     parser.add_argument("--seed", type=int, default=_DEFAULTS["seed"])
     parser.add_argument("--format", default="auto", help="auto | verl | jsonl | trl | disk")
     parser.add_argument("--prompt-key", default="prompt")

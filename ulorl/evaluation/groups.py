@@ -1,12 +1,12 @@
 """Sample k continuations of many prompts through any engine, batched, with a progress bar.
 
 Each prompt is repeated k times and the flat list of prefixes is sent to the
-engine, outputs regrouped per prompt in order. An engine with continuous batching
-(the torch engine) gets every prefix in one call (up to `MAX_CALL_TOKENS`) and refills a finished
-row's slot at once: at long lengths one hopeless problem's samples run to the cap,
-and a call of `batch_size` prefixes would decode most of its iterations with a few
-rows. Other engines get `batch_size` prefixes per call (call i: seed + i), so a
-batch mixes problems and samples.
+engine, outputs regrouped per prompt in order (engine call i gets seed + i). An
+engine with continuous batching (the torch engine) gets every prefix in one call (up
+to `MAX_CALL_TOKENS` token cells) and refills a finished row's slot at once: at long
+lengths one hopeless problem's samples run to the cap, and a call of `batch_size`
+prefixes would decode most of its iterations with a few rows. Other engines get
+`batch_size` prefixes per call, so a batch mixes problems and samples.
 """
 
 from __future__ import annotations
@@ -35,16 +35,17 @@ def sample_groups(
     flat = [p for p in prefixes for _ in range(k)]
     outs: list[GenerationOutput] = []
     with tqdm(total=len(flat), desc=desc, unit="sample", disable=not progress or not flat, leave=False) as bar:
-        if getattr(engine, "continuous_batching", False) and flat:
-            outs = engine.generate(flat, max_new_tokens, params, seed=seed, progress=bar.update)
-            if len(outs) != len(flat):
-                raise RuntimeError(f"engine returned {len(outs)} outputs for {len(flat)} prefixes")
-            return [outs[i * k : (i + 1) * k] for i in range(len(prefixes))]
-        for call, lo in enumerate(range(0, len(flat), batch_size)):
-            chunk = flat[lo : lo + batch_size]
-            got = engine.generate(chunk, max_new_tokens, params, seed=None if seed is None else seed + call)
+        continuous = getattr(engine, "continuous_batching", False)
+        size = max(batch_size, MAX_CALL_TOKENS // max_new_tokens) if continuous else batch_size
+        for call, lo in enumerate(range(0, len(flat), size)):
+            chunk = flat[lo : lo + size]
+            call_seed = None if seed is None else seed + call
+            if continuous:
+                got = engine.generate(chunk, max_new_tokens, params, seed=call_seed, progress=bar.update)
+            else:
+                got = engine.generate(chunk, max_new_tokens, params, seed=call_seed)
+                bar.update(len(chunk))
             if len(got) != len(chunk):
                 raise RuntimeError(f"engine returned {len(got)} outputs for {len(chunk)} prefixes")
             outs.extend(got)
-            bar.update(len(chunk))
     return [outs[i * k : (i + 1) * k] for i in range(len(prefixes))]

@@ -77,7 +77,7 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 
 # The cost of one extra attention call, in row x position units of batched attention: on the 2-core
 # CPU one call costs ~25 us and one row x position ~0.11 us (64 rows x 4,000 positions: 28 ms a
-# layer; one row alone over 4,000: 0.21 ms). `benchmarks/bench_engine_long.py` measures the effect.
+# layer; one row alone over 4,000: 0.21 ms). `benchmarks/bench_engine_mixed.py` measures the effect.
 CALL_COST = 256
 
 
@@ -88,14 +88,15 @@ def split_long_rows(ctx: list[int], call_cost: float = CALL_COST, max_alone: int
     ctx: each row's context length before this token. Row i attends over `ctx[i] + 1` positions.
     Batched attention over n rows costs about `n x span` (span = the longest context among them + 1);
     a row alone costs its own length plus `call_cost`. Taking the k longest rows out (k <= `max_alone`,
-    default every row: with many long rows of spread lengths, all alone is cheapest) minimises `n x span_k + sum(alone lengths) + k x call_cost`. Returns (rows to run alone, longest
-    first; the span the batched call needs, 0 when every row runs alone). Depends only on `ctx`, so the
+    default every row: with many long rows of spread lengths, all alone is cheapest) minimises
+    `n x span_k + sum(alone lengths) + k x call_cost`. Returns (rows to run alone, longest first; the span
+    the batched call needs, 0 when every row runs alone). Depends only on `ctx`, so the
     schedule is deterministic.
     """
     n = len(ctx)
     order = sorted(range(n), key=lambda i: -ctx[i])
     best_k, best, alone = 0, n * (ctx[order[0]] + 1) if n else 0, 0
-    for k in range(1, min(n, n if max_alone is None else max_alone) + 1):
+    for k in range(1, (n if max_alone is None else min(n, max_alone)) + 1):
         alone += ctx[order[k - 1]] + 1 + call_cost
         rest = n * (ctx[order[k]] + 1) if k < n else 0
         if rest + alone < best:
