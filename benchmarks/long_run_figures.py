@@ -47,21 +47,39 @@ def accuracy_by_length(sizes: list[int], correct: dict[str, list[int]], k: int) 
         row = {"steps": f"{lo}-{hi}", "answer_tokens": f"{6 * lo + 9}-{6 * hi + 9}", "problems": len(idx)}
         for label in ("before", "after"):
             if label in correct:
-                row[label] = sum(correct[label][i] for i in idx) / (k * len(idx))
+                row[label], row[f"se_{label}"] = _mean_se([correct[label][i] / k for i in idx])
         if "before" in correct and "after" in correct:
-            d = [(correct["after"][i] - correct["before"][i]) / k for i in idx]
-            mean = sum(d) / len(d)
-            var = sum((x - mean) ** 2 for x in d) / max(len(d) - 1, 1)
-            row["change"], row["se"] = mean, math.sqrt(var / len(d))
+            row["change"], row["se"] = _mean_se([(correct["after"][i] - correct["before"][i]) / k for i in idx])
         out.append(row)
     return out
 
 
-def _legend(ax, ax2) -> None:
-    """One legend for a plot with two y axes, inside the plot."""
+def _mean_se(xs: list[float]) -> tuple[float, float]:
+    """Mean and its standard error (0 for one value)."""
+    mean = sum(xs) / len(xs)
+    var = sum((x - mean) ** 2 for x in xs) / max(len(xs) - 1, 1)
+    return mean, math.sqrt(var / len(xs))
+
+
+def twin_axes(steps: list[int], left: list[tuple[list[float], str]], left_label: str,
+              right: tuple[list[float], str], right_label: str, title: str, path: Path, log: bool = False) -> None:
+    """Series per step on the left axis, one more (dotted, grey) on a right axis, one legend inside."""
+    fig = Figure(figsize=(6.5, 3.6))
+    ax = fig.add_subplot()
+    for values, label in left:
+        ax.plot(steps, values, label=label)
+    if log:
+        ax.set_yscale("log")
+    ax.set_xlabel("step")
+    ax.set_ylabel(left_label)
+    ax2 = ax.twinx()
+    ax2.plot(steps, right[0], color="grey", linestyle=":", label=right[1])
+    ax2.set_ylabel(right_label)
+    ax.set_title(title)
     h1, l1 = ax.get_legend_handles_labels()
     h2, l2 = ax2.get_legend_handles_labels()
     ax.legend(h1 + h2, l1 + l2, loc="upper right", fontsize=8, framealpha=0.8)
+    _save(fig, path)
 
 
 def _save(fig: Figure, path: Path) -> None:
@@ -84,31 +102,12 @@ def main() -> int:
     def col(name: str) -> list[float]:
         return [r.get(name) if r.get(name) is not None else float("nan") for r in rows]
 
-    fig = Figure(figsize=(6.5, 3.6))
-    ax = fig.add_subplot()
-    ax.plot(steps, col("response_length/mean"), label="mean")
-    ax.plot(steps, col("response_length/max"), label="max", alpha=0.6)
-    ax.set_yscale("log")
-    ax.set_xlabel("step")
-    ax.set_ylabel("trained response length (tokens)")
-    ax2 = ax.twinx()
-    ax2.plot(steps, col("response_length/clip_ratio"), color="grey", linestyle=":", label="truncated share")
-    ax2.set_ylabel("truncated share")
-    ax.set_title("Trained samples' response length")
-    _legend(ax, ax2)
-    _save(fig, args.out / "response_length.png")
-
-    fig = Figure(figsize=(6.5, 3.6))
-    ax = fig.add_subplot()
-    ax.plot(steps, col("actor/entropy"), label="entropy")
-    ax.set_xlabel("step")
-    ax.set_ylabel("mean token entropy (nats)")
-    ax2 = ax.twinx()
-    ax2.plot(steps, col("actor/dmmpt_mask_ratio"), color="grey", linestyle=":", label="DMMPT mask ratio")
-    ax2.set_ylabel("share of tokens masked")
-    ax.set_title("Policy entropy and DMMPT masking")
-    _legend(ax, ax2)
-    _save(fig, args.out / "entropy.png")
+    twin_axes(steps, [(col("response_length/mean"), "mean"), (col("response_length/max"), "max")],
+              "trained response length (tokens)", (col("response_length/clip_ratio"), "truncated share"),
+              "truncated share", "Trained samples' response length", args.out / "response_length.png", log=True)
+    twin_axes(steps, [(col("actor/entropy"), "entropy")], "mean token entropy (nats)",
+              (col("actor/dmmpt_mask_ratio"), "DMMPT mask ratio"), "share of tokens masked",
+              "Policy entropy and DMMPT masking", args.out / "entropy.png")
 
     fig = Figure(figsize=(6.5, 3.6))
     ax = fig.add_subplot()
@@ -129,7 +128,8 @@ def main() -> int:
     x = list(range(len(by_len)))
     for off, label in ((-0.2, "before"), (0.2, "after")):
         if all(label in b for b in by_len):
-            ax.bar([i + off for i in x], [b[label] for b in by_len], width=0.4, label=f"{label} RL")
+            ax.bar([i + off for i in x], [b[label] for b in by_len], width=0.4, label=f"{label} RL",
+                   yerr=[b[f"se_{label}"] for b in by_len], capsize=2)
     ax.set_xticks(x, [f"{b['steps']}\n({b['problems']})" for b in by_len], fontsize=8)
     ax.set_xlabel("problem steps n (held-out problems)")
     ax.set_ylabel(f"avg@{cfg_k}")
