@@ -202,9 +202,12 @@ def evaluate_policy(s: TrainSession, label: str) -> dict:
 
 
 def record_trained(history: dict, batch: list[Trajectory], staleness: Counter) -> None:
-    """What the summary reports about trained samples, kept in `history` (so it survives a resume): each
-    trained sample's response length and truncation, and a histogram of staleness in versions."""
-    history.setdefault("trained_lengths", []).extend(t.response_len for t in batch)
+    """What the summary reports about trained samples, kept in `history` (so it survives a resume): histograms
+    of response length (exact lengths: at most L + 1 entries however long the run) and of staleness in
+    versions, and the number truncated."""
+    lengths = history.setdefault("trained_length_hist", {})
+    for n in (t.response_len for t in batch):
+        lengths[str(n)] = lengths.get(str(n), 0) + 1
     history["trained_truncated"] = history.get("trained_truncated", 0) + sum(t.truncated for t in batch)
     hist = history.setdefault("staleness_hist", {})
     for k, v in staleness.items():
@@ -222,8 +225,8 @@ def summarize(s: TrainSession, checkpoint=None) -> dict:
            "dropped_groups": s.counters["dropped_groups"], "eval_before": ev.get("before"),
            "eval_after": ev.get("after"), "eval_paired": paired, "entropy": h["entropy"],
            "segments_hist": dict(sorted(h["segments_hist"].items(), key=lambda kv: int(kv[0])))}
-    lengths = h.get("trained_lengths")
-    if lengths:
+    if h.get("trained_length_hist"):
+        lengths = [int(n) for n, c in h["trained_length_hist"].items() for _ in range(c)]
         stats = {k.split("/")[1]: v for k, v in length_stats(lengths).items()}  # mean, p50, p90, max
         out["trained_lengths"] = {**stats, "truncated_share": h["trained_truncated"] / len(lengths)}
     if h.get("staleness_hist"):
