@@ -113,3 +113,22 @@ def test_overlong_keep_is_decided_once_when_scored_and_reaches_the_learner(tmp_p
     assert keep == [t.loss_keep for t in batch] == [not t.truncated for t in batch]
     assert m["actor/lr"] == pytest.approx(1e-4)  # the learner reports its learning rate (train.lr)
     s.close()
+
+
+def test_train_threads_sets_the_process_thread_count_before_any_work(tmp_path, fake_reward):
+    import torch
+
+    from ulorl.config import ConfigError
+
+    with pytest.raises(ConfigError, match="train.threads"):
+        load_run_config(None, ["train.threads=-1"])
+    before = torch.get_num_threads()
+    try:
+        torch.set_num_threads(2)
+        s = session(tmp_path, fake_reward, ["train.threads=1"])
+        try:
+            assert torch.get_num_threads() == 1
+        finally:
+            s.close()
+    finally:
+        torch.set_num_threads(before)

@@ -190,6 +190,9 @@ class TrainConfig:
     # overlap only: the learner process's device ("": train.device, i.e. colocated with the engine; on GPUs
     # e.g. cuda:1 puts the learner on its own device, docs/scale.md)
     learner_device: str = ""
+    # torch threads of the run's process (0: torch's default, one per core). A tiny model's engine is faster
+    # with 1 on CPU (its per-row ops are too small to split): configs/long.yaml sets it, docs/long_run.md
+    threads: int = 0
 
     def __post_init__(self) -> None:
         check_choice("train.pipeline", self.pipeline, PipelineMode)
@@ -201,6 +204,7 @@ class TrainConfig:
         check_choice("train.autocast", self.autocast, ["none", "bfloat16", "float16"])
         _positive("train.grad_clip", self.grad_clip, allow_zero=True)
         _positive("train.eval_every", self.eval_every, allow_zero=True)
+        _positive("train.threads", self.threads, allow_zero=True)
         if self.max_stall_rounds is not None:
             _positive("train.max_stall_rounds", self.max_stall_rounds)
         _positive("train.weight_decay", self.weight_decay, allow_zero=True)

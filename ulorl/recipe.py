@@ -16,6 +16,8 @@ import shutil
 import time
 from pathlib import Path
 
+import torch
+
 from ulorl.checkpoint import decide_resume, make_run_dir
 from ulorl.config import RunConfig, check_runnable, to_dict
 from ulorl.session import TrainSession, say
@@ -23,8 +25,11 @@ from ulorl.sft import run_sft
 
 
 def open_session(cfg: RunConfig, run_dir: str | Path, resume: str | None = None) -> TrainSession:
-    """The session of a run in `run_dir`, fresh or resumed as `resume` says (None, `auto`, `never`, a PATH)."""
+    """The session of a run in `run_dir`, fresh or resumed as `resume` says (None, `auto`, `never`, a PATH).
+    `train.threads` > 0 sets torch's thread count for this process first (the warm start included)."""
     check_runnable(cfg)
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
     run_dir = make_run_dir(run_dir)
     decision = decide_resume(run_dir, to_dict(cfg), resume)
     for note in decision.notes:
