@@ -78,7 +78,7 @@ def train_step(s: TrainSession) -> dict:
     got = collect_batch(s.rollout, s.unfinished, s.experience, tc.train_groups, rounds)
     batch, acc = got.batch, got.counts
     keep = [t.loss_keep for t in batch]
-    staleness = Counter(str(s.version - t.segments[0].version) for t in batch)  # versions behind the updated policy
+    staleness = Counter(s.version - t.segments[0].version for t in batch)  # versions behind the updated policy
     tu = time.time()
     if tc.pipeline == PipelineMode.OVERLAP:
         s.learner.submit(batch, s.version, keep)
@@ -156,9 +156,7 @@ def overlap_metrics(ahead: Counter, m: dict, wait_s: float, window_s: float) -> 
 def step_metrics(s: TrainSession, batch: list[Trajectory], m: dict, acc: Counter, update_s: float,
                  step_s: float) -> dict:
     lengths = [t.response_len for t in batch]
-    segs = Counter(len(t.segments) for t in batch)
-    for k, v in segs.items():
-        s.history["segments_hist"][str(k)] = s.history["segments_hist"].get(str(k), 0) + v
+    count_into(s.history["segments_hist"], Counter(len(t.segments) for t in batch))
     s.history["entropy"].append(round(m["actor/entropy"], 5))
     return {
         **m,
@@ -205,13 +203,20 @@ def record_trained(history: dict, batch: list[Trajectory], staleness: Counter) -
     """What the summary reports about trained samples, kept in `history` (so it survives a resume): histograms
     of response length (exact lengths: at most L + 1 entries however long the run) and of staleness in
     versions, and the number truncated."""
-    lengths = history.setdefault("trained_length_hist", {})
-    for n in (t.response_len for t in batch):
-        lengths[str(n)] = lengths.get(str(n), 0) + 1
+    count_into(history.setdefault("trained_length_hist", {}), Counter(t.response_len for t in batch))
     history["trained_truncated"] = history.get("trained_truncated", 0) + sum(t.truncated for t in batch)
-    hist = history.setdefault("staleness_hist", {})
-    for k, v in staleness.items():
-        hist[k] = hist.get(k, 0) + v
+    count_into(history.setdefault("staleness_hist", {}), staleness)
+
+
+def count_into(hist: dict[str, int], counts: Counter) -> None:
+    """Add `counts` to a histogram kept in the (JSON) history, whose keys are strings."""
+    for k, v in counts.items():
+        hist[str(k)] = hist.get(str(k), 0) + v
+
+
+def by_number(hist: dict[str, int]) -> dict[str, int]:
+    """A history histogram ordered by its numeric keys."""
+    return dict(sorted(hist.items(), key=lambda kv: int(kv[0])))
 
 
 def summarize(s: TrainSession, checkpoint=None) -> dict:
@@ -224,13 +229,13 @@ def summarize(s: TrainSession, checkpoint=None) -> dict:
     out = {"run_dir": str(s.run_dir), "steps": s.step, "trained_samples": s.counters["trained_samples"],
            "dropped_groups": s.counters["dropped_groups"], "eval_before": ev.get("before"),
            "eval_after": ev.get("after"), "eval_paired": paired, "entropy": h["entropy"],
-           "segments_hist": dict(sorted(h["segments_hist"].items(), key=lambda kv: int(kv[0])))}
+           "segments_hist": by_number(h["segments_hist"])}
     if h.get("trained_length_hist"):
         lengths = [int(n) for n, c in h["trained_length_hist"].items() for _ in range(c)]
         stats = {k.split("/")[1]: v for k, v in length_stats(lengths).items()}  # mean, p50, p90, max
         out["trained_lengths"] = {**stats, "truncated_share": h["trained_truncated"] / len(lengths)}
     if h.get("staleness_hist"):
-        out["staleness_hist"] = dict(sorted(h["staleness_hist"].items(), key=lambda kv: int(kv[0])))
+        out["staleness_hist"] = by_number(h["staleness_hist"])
     out["peak_rss_mib"] = peak_rss_mib(s)
     if checkpoint is not None:
         out["checkpoint_mib"] = sum(f.stat().st_size for f in Path(checkpoint).rglob("*") if f.is_file()) / 2**20
