@@ -30,6 +30,7 @@ OUT="${OUT:-runs/gpu_check-$(date +%Y%m%d-%H%M%S)}"
 DEVICE="${DEVICE:-cuda}"
 ENGINE="${ENGINE:-torch}"
 START=$(date +%s)
+FAILED=""
 
 if [ "$DEVICE" = cuda ]; then
     if ! command -v nvidia-smi >/dev/null; then
@@ -51,7 +52,11 @@ if sys.argv[1] == "cuda" and not torch.cuda.is_available():
 EOF
 mkdir -p "$OUT"
 QUICK=""; [ "$DEVICE" = cpu ] && QUICK="--quick"
-"$PYTHON" benchmarks/gpu_engine_check.py --device "$DEVICE" $QUICK --out "$OUT/gpu_engine_check.json" | tail -c 2000
+# a failure here is reported, and the training run still goes ahead (a lent machine's minutes are few): the
+# script's exit status says whether every part passed
+"$PYTHON" benchmarks/gpu_engine_check.py --device "$DEVICE" $QUICK --out "$OUT/gpu_engine_check.json" \
+    > "$OUT/gpu_engine_check.log" 2>&1 || FAILED="engine check (log: $OUT/gpu_engine_check.log)"
+tail -c 3000 "$OUT/gpu_engine_check.log"
 else
 # runs/gpu-venv sees the system's packages, so a machine with torch/vLLM preinstalled downloads only what is missing.
 if [ -z "${PYTHON:-}" ]; then
@@ -159,5 +164,10 @@ if ov:
     (out / "gpu_check.json").write_text(json.dumps(summary, indent=1))
     print(f"gpu_check: overlap (train.pipeline=overlap): step time {summary['overlap']['step_time_s']:.2f} s "
           f"against {summary['step_time_s']:.2f} s sync")
-print(f"gpu_check: OK ({out})")
+print(f"gpu_check: training run OK ({out})")
 EOF
+if [ -n "$FAILED" ]; then
+    echo "gpu_check: FAILED: $FAILED" >&2
+    exit 1
+fi
+echo "gpu_check: OK ($OUT)"

@@ -55,6 +55,7 @@ def correctness(model, tok, dev) -> dict:
         if not a.eos:
             t.append_segment(b.tokens, b.logprobs, 1)
         (mb,) = make_micro_batches([t], torch.zeros(1), 2, tok.pad_token_id, 100_000)
+        mb = mb.to(dev)
         with torch.no_grad():
             lp, _ = learner.forward(mb)
         ours = torch.tensor(t.behaviour_logprobs)

@@ -169,6 +169,49 @@ def test_filtered_samples_contribute_no_tokens(tiny_model_dir, batch):
     assert m_all["actor/response_tokens"] - m_keep["actor/response_tokens"] == batch[1].response_len
 
 
+def test_filtered_samples_are_left_out_of_the_passes_with_the_same_update(tiny_model_dir, batch, monkeypatch):
+    # loop-vs-optimised: the filtered sample used to go through forward and backward with an all-False response
+    # mask; it is now left out of the micro-batches. The weights after the update must be the same.
+    keep = [True, False, True, True]
+    mbs = make_micro_batches(batch, torch.ones(4), 0, 0, 10_000, loss_keep=keep)
+    assert sum(mb.input_ids.shape[0] for mb in mbs) == 3 and all(mb.response_mask.any(-1).all() for mb in mbs)
+    assert make_micro_batches(batch, torch.ones(4), 0, 0, 10_000, loss_keep=[False] * 4) == []
+
+    def grads_at_step(ln):  # the gradient the optimizer steps with
+        seen, step = [], ln.optimizer.step
+        ln.optimizer.step = lambda: (seen.extend(p.grad.clone() for p in ln.params), step())
+        return seen
+
+    fast = learner(tiny_model_dir)
+    g_fast = grads_at_step(fast)
+    m_fast = fast.update(batch, 0, loss_keep=keep)
+    ref = learner(tiny_model_dir)
+    g_ref = grads_at_step(ref)
+    monkeypatch.setattr(ref, "micro_batches", lambda trajs, adv, version, keep_: [
+        local._collate(trajs, adv, version, 0, keep_)])  # every row, the filtered one masked: the old path
+    m_ref = ref.update(batch, 0, loss_keep=keep)
+    assert m_fast["actor/micro_batches"] == m_ref["actor/micro_batches"] == 1
+    for k in ("actor/response_tokens", "actor/entropy", "actor/pg_loss", "actor/grad_norm"):
+        assert m_fast[k] == pytest.approx(m_ref[k], rel=1e-5, abs=1e-7), k
+    assert len(g_fast) == len(g_ref) == len(fast.params)
+    for a, b in zip(g_fast, g_ref):
+        assert torch.allclose(a, b, rtol=1e-4, atol=1e-8)
+    for a, b in zip(fast.params, ref.params):  # (Adam turns float noise in a ~0 gradient into ~lr-sized steps)
+        assert torch.allclose(a, b, atol=1e-5)
+
+
+def test_update_with_every_sample_filtered_changes_nothing(tiny_model_dir, batch):
+    ln = learner(tiny_model_dir)
+    ln.update(batch, 0)  # the optimizer has state
+    before = {k: v.clone() for k, v in ln.model.state_dict().items()}
+    steps = [st["step"] for st in ln.optimizer.state_dict()["state"].values()]
+    m = ln.update(batch, 1, loss_keep=[False] * 4)
+    assert m["actor/micro_batches"] == 0 and m["actor/grad_norm"] == 0.0
+    for k, v in ln.model.state_dict().items():
+        assert torch.equal(v, before[k]), k
+    assert [st["step"] for st in ln.optimizer.state_dict()["state"].values()] == steps
+
+
 def test_split_sorted_fewest_micro_batches_then_least_padding():
     from ulorl.learners.local import split_sorted
 

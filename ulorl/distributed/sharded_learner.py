@@ -46,7 +46,7 @@ import torch.distributed as dist
 from ulorl.config import AlgoConfig, TrainConfig
 from ulorl.distributed.config import ShardingName
 from ulorl.distributed.sharding import shard_groups
-from ulorl.learners.local import LocalLearner, MicroBatch, advantage_metrics, make_micro_batches
+from ulorl.learners.local import LocalLearner, MicroBatch, advantage_metrics, zero_loss_micro_batch
 from ulorl.trajectory import Trajectory
 
 
@@ -140,9 +140,8 @@ class ShardedLearner(LocalLearner):
         if n > len(mbs) and self._filler is None:
             raise ValueError("fsdp2: a rank has fewer micro-batches than another but no sample to pad with")
         dev = mbs[0].input_ids.device if mbs else torch.device("cpu")
-        empty = lambda: make_micro_batches([self._filler], torch.zeros(1), version, self.pad_id,  # noqa: E731
-                                           self.train_cfg.micro_batch_tokens, loss_keep=[False])[0].to(dev)
-        return mbs + [empty() for _ in range(n - len(mbs))]  # zero tokens: no loss, no gradient, same passes
+        fill = [zero_loss_micro_batch(self._filler, version, self.pad_id).to(dev) for _ in range(n - len(mbs))]
+        return mbs + fill  # zero tokens: no loss, no gradient, same passes
 
     # -- reductions over ranks -------------------------------------------------------------------
     def _reduce(self, x: torch.Tensor, op=dist.ReduceOp.SUM) -> torch.Tensor:

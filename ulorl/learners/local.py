@@ -57,11 +57,19 @@ def make_micro_batches(trajs: list[Trajectory], advantages: torch.Tensor, versio
     """Length-sorted micro-batches whose padded size `b x S` stays within `token_budget` (at least one row).
 
     Among the splits of the length-sorted batch into the fewest micro-batches, the one with the fewest pad
-    tokens (see `split_sorted`)."""
-    order = sorted(range(len(trajs)), key=lambda i: -_len(trajs[i]))
+    tokens (see `split_sorted`). Samples with `loss_keep[i] = False` are left out: they have no loss token, so
+    their forward and backward would change nothing (with overlong filtering at long L, the truncated samples
+    are most of the batch's tokens). No sample kept: no micro-batch."""
+    kept = [i for i in range(len(trajs)) if not loss_keep or loss_keep[i]]
+    order = sorted(kept, key=lambda i: -_len(trajs[i]))
     groups = [order[lo:hi] for lo, hi in split_sorted([_len(trajs[i]) for i in order], token_budget)]
-    return [_collate([trajs[i] for i in g], advantages[g], version, pad_id,
-                     [loss_keep[i] for i in g] if loss_keep else None) for g in groups]
+    return [_collate([trajs[i] for i in g], advantages[g], version, pad_id, None) for g in groups]
+
+
+def zero_loss_micro_batch(traj: Trajectory, version: int, pad_id: int) -> MicroBatch:
+    """A micro-batch of one sample with no loss token: a forward and backward that add nothing (a lockstep
+    rank's filler)."""
+    return _collate([traj], torch.zeros(1), version, pad_id, [False])
 
 
 def split_sorted(lengths: list[int], token_budget: int) -> list[tuple[int, int]]:
@@ -133,7 +141,9 @@ class LocalLearner:
 
     # -- forward ---------------------------------------------------------------------------------
     def forward(self, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
-        """Log-probs (differentiable) and entropies (detached) of the response tokens, both `(b, T)`."""
+        """Log-probs (differentiable) and entropies (detached) of the response tokens, both `(b, T)`, on the model's
+        device (a micro-batch collated on the CPU by `make_micro_batches` is moved there)."""
+        mb = self._on_device(mb)
         return self.head_logprobs(mb, self.body(mb))
 
     def body(self, mb: MicroBatch) -> torch.Tensor:
@@ -230,8 +240,11 @@ class LocalLearner:
                       loss_keep: list[bool] | None) -> list[MicroBatch]:
         mbs = make_micro_batches(trajs, advantages, version, self.pad_id, self.train_cfg.micro_batch_tokens,
                                  loss_keep)
+        return [self._on_device(mb) for mb in mbs]
+
+    def _on_device(self, mb: MicroBatch) -> MicroBatch:
         dev = self.params[0].device if self.params else torch.device("cpu")
-        return mbs if dev.type == "cpu" else [mb.to(dev) for mb in mbs]
+        return mb if mb.input_ids.device == dev else mb.to(dev)
 
     # -- reductions over data-parallel ranks: identities for one process -------------------------
     lockstep = False  # True when every rank must run the same forward/backward passes (FSDP2)
