@@ -201,6 +201,18 @@ def test_split_long_rows_by_hand():
     assert split_long_rows(ctx, call_cost=0, max_alone=2) == ([1, 3], 21)  # 2 x at most: 1001 + 31 + 4 x 21
 
 
+def test_call_cost_follows_the_device():
+    from ulorl.rollout.engines.decoder import CALL_COSTS, call_cost_for
+
+    assert call_cost_for(torch.device("cpu")) == CALL_COSTS["cpu"] == 256
+    # on an accelerator one more kernel launch costs far more than reading a row's K/V: 512 rows of spread
+    # lengths run alone on the CPU, in one batched call on CUDA
+    ctx = [20 + (i * 997) % 1004 for i in range(512)]
+    assert len(split_long_rows(ctx, call_cost_for(torch.device("cpu")))[0]) == 512
+    assert split_long_rows(ctx, call_cost_for(torch.device("cuda")))[0] == []
+    assert call_cost_for(torch.device("meta")) == CALL_COSTS["cuda"]
+
+
 @pytest.mark.parametrize("call_cost", [0.0, 256.0])
 def test_rows_attending_alone_give_the_batched_logits(tiny, call_cost):
     """Splitting the decode attention by row length is a schedule, not a different function."""

@@ -75,10 +75,19 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
     return x * cos[:, None] + _rotate_half(x) * sin[:, None]
 
 
-# The cost of one extra attention call, in row x position units of batched attention: on the 2-core
-# CPU one call costs ~25 us and one row x position ~0.11 us (64 rows x 4,000 positions: 28 ms a
-# layer; one row alone over 4,000: 0.21 ms). `benchmarks/bench_engine_mixed.py` measures the effect.
+# The cost of one extra attention call, in row x position units of batched attention, by device type.
+# cpu (measured): on the 2-core CPU one call costs ~25 us and one row x position ~0.11 us (64 rows x
+#   4,000 positions: 28 ms a layer; one row alone over 4,000: 0.21 ms); `benchmarks/bench_engine_mixed.py`.
+# cuda (estimated, not measured): a call costs ~10-30 us of launch and Python, one row x position a few
+#   tenths of a nanosecond (1 KiB of K/V at ~4 TB/s), so ~1e5. The lent H200 run used the CPU value: with 512
+#   rows every row ran alone, 512 attention calls per layer per decode step, 5-17k tokens/s (docs/scale.md).
 CALL_COST = 256
+CALL_COSTS = {"cpu": CALL_COST, "cuda": 1 << 17}
+
+
+def call_cost_for(device: torch.device) -> float:
+    """`split_long_rows`' call cost on `device` (an accelerator other than CUDA: CUDA's)."""
+    return CALL_COSTS.get(device.type, CALL_COSTS["cuda"])
 
 
 def split_long_rows(ctx: list[int], call_cost: float = CALL_COST, max_alone: int | None = None
@@ -117,7 +126,8 @@ class SlotDecoder:
         self.head_dim = attn.head_dim
         self.group = self.num_heads // self.num_kv
         self.scale = attn.scaling
-        self.call_cost = CALL_COST  # `split_long_rows`; inf: every row in one batched call (the old schedule)
+        # `split_long_rows`; inf: every row in one batched call (the old schedule)
+        self.call_cost = call_cost_for(self.device)
 
     @property
     def device(self) -> torch.device:
