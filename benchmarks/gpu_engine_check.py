@@ -8,8 +8,10 @@ model is created here with random weights (hidden 256, 4 layers, 4 heads / 2 KV 
    off. Reported: the largest absolute difference (the contract: <= 1e-5 in float32).
 2. long decoding: 16 rows x 2,048 and 8,192 new tokens (EOS off): tokens/s, ms per decode iteration, peak memory.
 3. segment rollout, M = 1 vs M = 4: rollout rounds of the real `SegmentRollout` (pools, routing) on this engine
-   with lengths drawn by the model itself: 64 EOS ids out of the vocabulary make every token end the answer with
-   probability ~64/V (geometric lengths, mean ~V/64 tokens, capped at L = 4,096), until 256 samples finished.
+   with lengths drawn by the model itself: E = V // 512 EOS ids (at least one) out of the vocabulary make every
+   token end the answer with probability ~E/V (geometric lengths, mean ~V/E tokens: 448 with the built-in
+   448-token vocabulary; capped at L = 4,096), until 256 samples finished. (The first GPU run used 64 EOS ids:
+   mean length 7, nothing long.)
    Reported: rollout seconds per finished sample for each M and their ratio (the update is not included).
 
     python benchmarks/gpu_engine_check.py [--device cuda] [--quick] [--out runs/gpu_engine_check.json]
@@ -96,7 +98,7 @@ def segment_rollout(model, tok, dev, L: int, target: int) -> dict:
     from ulorl.rollout.segment import SegmentRollout
 
     V = model.config.vocab_size
-    eos = list(range(V - 64, V))
+    eos = list(range(V - max(1, V // 512), V))
     records = [PromptRecord(prompt_id=i, prompt_tokens=[5 + (i * 7 + j) % 40 for j in range(8)], prompt_text="",
                             ground_truth="0", data_source="gpu_check") for i in range(512)]
     out = {}
