@@ -12,7 +12,9 @@ model is created here with random weights (hidden 256, 4 layers, 4 heads / 2 KV 
    token end the answer with probability ~E/V (geometric lengths, mean ~V/E tokens: 448 with the built-in
    448-token vocabulary; capped at L = 4,096), until 256 samples finished. (The first GPU run used 64 EOS ids:
    mean length 7, nothing long.)
-   Reported: rollout seconds per finished sample for each M and their ratio (the update is not included).
+   Reported: rollout seconds per finished sample for each M and their ratio (the update is not included), and
+   decoded tokens per second. Seconds per sample charge the work still in the unfinished pool (M > 1) to the
+   samples finished so far, so they favour M = 1 on a short run; tokens per second do not.
 
     python benchmarks/gpu_engine_check.py [--device cuda] [--quick] [--out runs/gpu_engine_check.json]
 
@@ -106,19 +108,22 @@ def segment_rollout(model, tok, dev, L: int, target: int) -> dict:
         eng = build_engine("torch", model, tok, eos, kv_cache_gib=64)
         ro = SegmentRollout(eng, PromptSource(records, seed=0), SamplingParams(temperature=1.0), group_size=8,
                             decode_batch=128, max_response_len=L, num_segments=m, seed=0)
-        pool, done, lengths, rounds = UnfinishedPool(), 0, [], 0
+        pool, done, lengths, rounds, decoded = UnfinishedPool(), 0, [], 0, 0
         _sync(dev)
         t0 = time.perf_counter()
         while done < target:
             res = ro.round(pool, rounds, rounds)
             rounds += 1
             done += len(res.finished)
+            decoded += res.decoded_tokens
             lengths += [t.response_len for t in res.finished]
         _sync(dev)
         dt = time.perf_counter() - t0
-        out[str(m)] = {"s_per_sample": dt / done, "samples": done, "rounds": rounds, "seconds": dt,
+        out[str(m)] = {"s_per_sample": dt / done, "decoded_tokens_per_s": decoded / dt, "samples": done,
+                       "rounds": rounds, "seconds": dt,
                        "mean_len": sum(lengths) / len(lengths), "max_len": max(lengths)}
-        print(f"segment rollout M={m}: {1000 * dt / done:.1f} ms/sample over {done} samples", file=sys.stderr)
+        print(f"segment rollout M={m}: {1000 * dt / done:.1f} ms/sample over {done} samples, "
+              f"{decoded / dt:.0f} decoded tokens/s", file=sys.stderr)
     out["speedup_M4"] = out["1"]["s_per_sample"] / out["4"]["s_per_sample"]
     return out
 
