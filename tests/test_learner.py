@@ -171,7 +171,7 @@ def test_filtered_samples_contribute_no_tokens(tiny_model_dir, batch):
 
 def test_filtered_samples_are_left_out_of_the_passes_with_the_same_update(tiny_model_dir, batch, monkeypatch):
     # loop-vs-optimised: the filtered sample used to go through forward and backward with an all-False response
-    # mask; it is now left out of the micro-batches. The weights after the update must be the same.
+    # mask; it is now left out of the micro-batches. The gradient and the metrics must be the same.
     keep = [True, False, True, True]
     mbs = make_micro_batches(batch, torch.ones(4), 0, 0, 10_000, loss_keep=keep)
     assert sum(mb.input_ids.shape[0] for mb in mbs) == 3 and all(mb.response_mask.any(-1).all() for mb in mbs)

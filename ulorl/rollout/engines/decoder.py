@@ -80,7 +80,8 @@ def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor
 #   4,000 positions: 28 ms a layer; one row alone over 4,000: 0.21 ms); `benchmarks/bench_engine_mixed.py`.
 # cuda (estimated, not measured): a call costs ~10-30 us of launch and Python, one row x position a few
 #   tenths of a nanosecond (1 KiB of K/V at ~4 TB/s), so ~1e5. The lent H200 run used the CPU value: with 512
-#   rows every row ran alone, 512 attention calls per layer per decode step, 5-17k tokens/s (docs/scale.md).
+#   rows of spread lengths every row ran alone, 512 attention calls per layer per decode step, 5-6k tokens/s
+#   (docs/scale.md).
 CALL_COST = 256
 CALL_COSTS = {"cpu": CALL_COST, "cuda": 1 << 17}
 
