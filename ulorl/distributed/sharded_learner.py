@@ -139,8 +139,9 @@ class ShardedLearner(LocalLearner):
         n = int(self._reduce(torch.tensor([len(mbs)], dtype=torch.float64), dist.ReduceOp.MAX)[0])
         if n > len(mbs) and self._filler is None:
             raise ValueError("fsdp2: a rank has fewer micro-batches than another but no sample to pad with")
-        dev = mbs[0].input_ids.device if mbs else torch.device("cpu")
-        fill = [zero_loss_micro_batch(self._filler, version, self.pad_id).to(dev) for _ in range(n - len(mbs))]
+        # on the model's device even when this rank has no micro-batch of its own (every sample filtered out)
+        fill = [self._on_device(zero_loss_micro_batch(self._filler, version, self.pad_id))
+                for _ in range(n - len(mbs))]
         return mbs + fill  # zero tokens: no loss, no gradient, same passes
 
     # -- reductions over ranks -------------------------------------------------------------------
