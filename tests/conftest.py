@@ -47,6 +47,11 @@ class FakeReward:
         self.calls += 1
         return [float(hashlib.md5(r.encode()).digest()[0] % 2) for r in responses]
 
+    def score_detailed(self, responses, *args, **kwargs):  # every reward computed
+        from ulorl.reward import RewardScores
+
+        return RewardScores(self.score(responses, *args, **kwargs), [None] * len(responses))
+
     def metrics(self):
         return {}
 

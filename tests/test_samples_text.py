@@ -18,6 +18,11 @@ class ParityReward:
     def score(self, responses, ground_truths, data_sources, extra_infos=None, **kwargs):
         return [float(hashlib.md5(r.encode()).digest()[0] % 2) for r in responses]
 
+    def score_detailed(self, responses, *args, **kwargs):  # every reward computed
+        from ulorl.reward import RewardScores
+
+        return RewardScores(self.score(responses, *args, **kwargs), [None] * len(responses))
+
     def metrics(self):
         return {}
 

@@ -20,6 +20,11 @@ class ConstantReward:
     def score(self, responses, ground_truths, data_sources, extra_infos=None, **kwargs):
         return [self.value] * len(responses)
 
+    def score_detailed(self, responses, *args, **kwargs):  # every reward computed
+        from ulorl.reward import RewardScores
+
+        return RewardScores(self.score(responses, *args, **kwargs), [None] * len(responses))
+
     def metrics(self):
         return {}
 

@@ -64,7 +64,8 @@ class Trainer:
     """One UloRL training run configured in code.
 
     Args:
-        config: a `RunConfig` (`make_config(...)`); default: the built-in defaults.
+        config: a `RunConfig` (`make_config(...)`), or a mapping of settings over the built-in defaults
+            (`{"train": {"steps": 20}}` or `{"train.steps": 20}`); default: the built-in defaults.
         reward_funcs: a callable, a name (`rule`, `exact`, `module:function`, `path.py:function`), or a
             list of them; None keeps the config's reward.
         reward_weights: one weight per reward function (default 1 each).
@@ -75,11 +76,14 @@ class Trainer:
         resume: None (fresh run), "auto" or a checkpoint folder, as `ulorl train --resume`.
     """
 
-    def __init__(self, config: RunConfig | None = None, *, reward_funcs: Any = None,
+    def __init__(self, config: RunConfig | Mapping[str, Any] | None = None, *, reward_funcs: Any = None,
                  reward_weights: Sequence[float] | None = None, train_dataset: Dataset | None = None,
                  eval_dataset: Dataset | bool | None = None, output_dir: str | Path | None = None,
                  resume: str | None = None) -> None:
+        _check_types(config, output_dir, resume, reward_weights)
         self.run_dir = Path(output_dir) if output_dir else Path("runs") / f"api-{time.strftime('%Y%m%d-%H%M%S')}"
+        if isinstance(config, Mapping):  # {"train": {"steps": 2}} or {"train.steps": 2}: the built-in defaults plus these
+            config = make_config(None, config)
         cfg = config if config is not None else RunConfig()
         if reward_funcs is not None:
             cfg = dataclasses.replace(cfg, reward=_with_rewards(cfg.reward, reward_funcs, reward_weights))
@@ -123,13 +127,26 @@ class Trainer:
 
         The summary (`steps`, `trained_samples`, `eval_before`, `eval_after`, `eval_paired`, `entropy`,
         `segments_hist`, `run_dir`) is also written to `<run>/summary.json`."""
-        from ulorl.checkpoint import atomic_write_text
         from ulorl.trainer import train
 
         check_runnable(self.config)
         self.summary = train(self.config, self.run_dir, resume=self.resume)
-        atomic_write_text(self.run_dir / "summary.json", json.dumps(self.summary, indent=1))
         return self.summary
+
+
+def _check_types(config: Any, output_dir: Any, resume: Any, reward_weights: Any) -> None:
+    """`ConfigError` naming the argument whose type `Trainer` cannot use."""
+    if config is not None and not isinstance(config, (RunConfig, Mapping)):
+        raise ConfigError(f"Trainer(config=...) takes a RunConfig (make_config(...)) or a mapping of settings, "
+                          f"not {type(config).__name__}")
+    if output_dir is not None and not isinstance(output_dir, (str, Path)):
+        raise ConfigError(f"Trainer(output_dir=...) takes a path, not {type(output_dir).__name__}")
+    if resume is not None and not isinstance(resume, (str, Path)):
+        raise ConfigError(f"Trainer(resume=...) takes 'auto', 'never' or a checkpoint path, not "
+                          f"{type(resume).__name__}")
+    if reward_weights is not None and (isinstance(reward_weights, (str, bytes)) or not all(
+            isinstance(w, (int, float)) and not isinstance(w, bool) for w in reward_weights)):
+        raise ConfigError(f"Trainer(reward_weights=...) takes a list of numbers, got {reward_weights!r}")
 
 
 def _with_rewards(reward, funcs: Any, weights: Sequence[float] | None):

@@ -47,16 +47,14 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 
 def cmd_train(args) -> int:
-    from ulorl.checkpoint import atomic_write_text
     from ulorl.config import dump_yaml
     from ulorl.trainer import train
 
     cfg = _load_cfg(args)
     run_dir = _run_dir(args, "train")
     print(f"# resolved config (saved to {run_dir / 'config.yaml'})\n{dump_yaml(cfg)}", flush=True)
-    summary = train(cfg, run_dir, resume=args.resume)
+    summary = train(cfg, run_dir, resume=args.resume)  # also written to RUN/summary.json
     print(format_summary(summary))
-    atomic_write_text(run_dir / "summary.json", json.dumps(summary, indent=1))
     return 0
 
 
@@ -64,7 +62,9 @@ def format_summary(s: dict) -> str:
     if "stopped_at" in s:
         return f"stopped at step {s['stopped_at']}; resume with --resume auto --output-dir {s['run_dir']}"
     lines = ["", "=== ulorl train: summary ===", f"steps: {s['steps']}   trained samples: {s['trained_samples']}   "
-             f"dropped groups (dynamic sampling): {s['dropped_groups']}"]
+             f"dropped groups (dynamic sampling): {s['dropped_groups']}" +
+             (f"   groups dropped for a failed reward: {s['reward_failed_groups']}" if s.get("reward_failed_groups")
+              else "")]
     b, a = s.get("eval_before") or {}, s.get("eval_after") or {}
     for key in [k for k in b if k.startswith(("avg@", "pass@"))] + ["response_length/mean", "truncation_rate"]:
         if key in b and key in a:

@@ -40,7 +40,7 @@ from ulorl.rollout.engines.base import check_sampling
 from ulorl.rollout.engines.registry import EngineName
 from ulorl.tasks import BuiltinTask
 
-__all__ = ["AlgoConfig", "CheckpointConfig", "ConfigError", "DistributedConfig", "LoggingConfig", "ModelConfig",
+__all__ = ["AlgoConfig", "CheckpointConfig", "ConfigError", "DistributedConfig", "LoggingConfig", "LoraConfig", "ModelConfig",
            "PipelineMode", "RolloutConfig", "RunConfig", "SFTConfig", "TrainConfig", "VLLMConfig", "load_run_config",
            "dump_yaml", "to_dict", "build", "check_runnable", "worst_case_groups"]
 
@@ -52,15 +52,42 @@ def _positive(key: str, value: float, allow_zero: bool = False) -> None:
         raise ConfigError(f"{key}={value} must be {'>= 0' if allow_zero else '> 0'}")
 
 
+# peft's names of the Llama/Qwen linear layers: attention and MLP projections (not the LM head)
+LORA_ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
+
+
+@dataclass
+class LoraConfig:
+    """`model.lora`: low-rank adapters through peft (`ulorl.models.lora`); rank 0 trains every weight."""
+
+    rank: int = 0  # r; 0: full fine-tuning (no adapters)
+    alpha: float = 32.0  # scaling alpha / rank, as peft's lora_alpha
+    dropout: float = 0.0  # on the adapter's input while training; > 0 makes the learner's log-probs differ from the engine's
+    target_modules: list[str] = field(default_factory=lambda: list(LORA_ALL_LINEAR))  # module names peft wraps
+
+    def __post_init__(self) -> None:
+        _positive("model.lora.rank", self.rank, allow_zero=True)
+        _positive("model.lora.alpha", self.alpha)
+        if not 0 <= self.dropout < 1:
+            raise ConfigError(f"model.lora.dropout={self.dropout} must be in [0, 1)")
+        if not self.target_modules or not all(isinstance(m, str) and m for m in self.target_modules):
+            raise ConfigError(f"model.lora.target_modules={self.target_modules!r} must be a non-empty list of module "
+                              f"names, e.g. {LORA_ALL_LINEAR}")
+
+
 @dataclass
 class ModelConfig:
     path: str = "builtin"  # 'builtin' (tiny Qwen3 made in code) or a local HF model folder
     dtype: str = "float32"  # float32 | bfloat16 | float16
     trust_remote_code: bool = False  # never on unless asked
     warm_start: str = "sft"  # sft: run `ulorl sft` before RL (built-in task); none: start RL from `path`
-    gradient_checkpointing: bool = False
+    gradient_checkpointing: bool = False  # keep each decoder layer's input, recompute the rest in backward
+    # the learner's saved activations go to CPU memory during forward and come back in backward
+    # (torch.autograd.graph.save_on_cpu); with gradient_checkpointing, that is the layer inputs it keeps
+    activation_offload: bool = False
     rope_scaling_factor: float | None = None  # YaRN factor (paper's 140k run: 1.5)
     rope_original_max_len: int | None = None  # YaRN original context (paper: ~93k)
+    lora: LoraConfig = field(default_factory=LoraConfig)  # rank > 0: train adapters only (RL; the SFT warm start is full)
 
     def __post_init__(self) -> None:
         check_choice("model.dtype", self.dtype, ["float32", "bfloat16", "float16"])
@@ -171,7 +198,13 @@ class TrainConfig:
     lr: float = 1e-6  # AdamW, constant (paper)
     weight_decay: float = 0.0
     grad_clip: float = 1.0
-    micro_batch_tokens: int = 512  # padded tokens per micro-batch (length-sorted; 2048 padded 19%: benchmarks.md)
+    micro_batch_tokens: int = 512  # tokens per micro-batch; a longer sample gets one of its own (never split)
+    # packed: samples concatenated into rows, each attending only within itself (0% padding); padded: length-sorted,
+    # right-padded rows (2048 padded 19%: benchmarks.md). Same gradient to 1e-5; ulorl/learners/micro_batch.py
+    packing: bool = True
+    # Ulysses sequence parallelism: each sample's tokens split over this many ranks of a ShardedLearner group
+    # (all-to-all around attention); the heads and KV heads must divide by it. 1: off
+    sequence_parallel: int = 1
     logit_chunk: int = 1024  # positions per chunk of the log-prob/entropy pass
     max_rounds_per_step: int = 64  # rollout rounds without a full batch before giving up
     # rounds in a row that complete groups but admit none (dynamic sampling) before the run stops with a stall
@@ -199,7 +232,7 @@ class TrainConfig:
         if self.learner_device:
             _device_name("train.learner_device", self.learner_device)
         for k in ("steps", "train_groups", "lr", "micro_batch_tokens", "logit_chunk", "max_rounds_per_step",
-                  "max_bad_steps"):
+                  "max_bad_steps", "sequence_parallel"):
             _positive(f"train.{k}", getattr(self, k))
         check_choice("train.autocast", self.autocast, ["none", "bfloat16", "float16"])
         _positive("train.grad_clip", self.grad_clip, allow_zero=True)
@@ -349,11 +382,12 @@ _DEVICE_COUNT = {
 
 def check_runnable(cfg: RunConfig) -> None:
     """What a valid config still needs from this machine, checked before any work (no warm start first):
-    the device exists, and the judge's API key variable is set."""
+    the device exists, the engine's package is installed, and the judge's API key variable is set."""
     import os
 
     import torch
 
+    check_engine_installed(cfg)
     r = cfg.reward
     if r.judge != "none" and r.judge_url and r.api_key_env and not os.environ.get(r.api_key_env):
         raise ConfigError(f"reward.api_key_env={r.api_key_env!r}: that environment variable is not set or empty; "
@@ -367,6 +401,51 @@ def check_runnable(cfg: RunConfig) -> None:
         if count == 0 or (dev.index or 0) >= count:
             raise ConfigError(f"{key}={name!r}: no such device on this machine ({count} {dev.type} device(s) "
                               f"visible); use {key}=cpu or a visible one")
+
+
+WORKERS_PER_CPU = 4  # reward workers beyond this many per usable CPU only queue for the CPU
+
+
+def usable_cpus() -> int:
+    """CPUs this process may run on (its affinity mask, e.g. under `taskset` or a container's cpuset)."""
+    import os
+
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return max(1, os.cpu_count() or 1)
+
+
+def bound_by_machine(cfg: RunConfig) -> tuple[RunConfig, list[str]]:
+    """`cfg` with the settings that size processes and threads capped by this machine's CPUs, and a note for
+    each cap: `train.threads` at the usable CPUs, `reward.num_workers` at `WORKERS_PER_CPU` per CPU. A config
+    written for a bigger machine still runs here, and a typo (`reward.num_workers=100000`) cannot fork
+    hundreds of processes."""
+    import dataclasses
+
+    cpus, notes = usable_cpus(), []
+    train, reward = cfg.train, cfg.reward
+    if train.threads > cpus:
+        notes.append(f"train.threads={train.threads} is more than the {cpus} CPU(s) this process may use; "
+                     f"using {cpus}")
+        train = dataclasses.replace(train, threads=cpus)
+    if reward.num_workers > WORKERS_PER_CPU * cpus:
+        cap = WORKERS_PER_CPU * cpus
+        notes.append(f"reward.num_workers={reward.num_workers} is more than {WORKERS_PER_CPU} per CPU ({cpus} "
+                     f"usable); using {cap}")
+        reward = dataclasses.replace(reward, num_workers=cap)
+    return dataclasses.replace(cfg, train=train, reward=reward), notes
+
+
+def check_engine_installed(cfg: RunConfig) -> None:
+    """An engine that needs an optional package fails here, before any work, with the install hint."""
+    import importlib.util
+    import sys
+
+    if cfg.rollout.engine == EngineName.VLLM.value and "vllm" not in sys.modules and \
+            importlib.util.find_spec("vllm") is None:
+        raise ConfigError("rollout.engine=vllm needs the vllm package, which is not installed here: pip install "
+                          "'ulorl[vllm]' (a GPU machine with CUDA), or use rollout.engine=torch")
 
 
 def load_run_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:

@@ -1,6 +1,7 @@
 """The steps of a run before its training loop, in order (`open_session`).
 
-1. the config is checked against this machine (`check_runnable`) and the run folder made;
+1. the config is checked against this machine (`check_runnable`), the run folder made and locked
+   (`RunLock`: one process per folder; the session releases it when it closes);
 2. the resume decision (`checkpoint.decide_resume`): its notes are printed, its error raised; a fresh
    start moves an earlier run's outputs aside (`set_aside_earlier_run`);
 3. the policy to start from (`prepare_model`): the checkpoint's model when resuming (the warm start is
@@ -19,7 +20,8 @@ from pathlib import Path
 import torch
 
 from ulorl.checkpoint import decide_resume, make_run_dir
-from ulorl.config import RunConfig, check_runnable, to_dict
+from ulorl.config import RunConfig, bound_by_machine, check_runnable, to_dict
+from ulorl.run_lock import RunLock
 from ulorl.session import TrainSession, say
 from ulorl.sft import run_sft
 
@@ -28,9 +30,23 @@ def open_session(cfg: RunConfig, run_dir: str | Path, resume: str | None = None)
     """The session of a run in `run_dir`, fresh or resumed as `resume` says (None, `auto`, `never`, a PATH).
     `train.threads` > 0 sets torch's thread count for this process first (the warm start included)."""
     check_runnable(cfg)
+    cfg, notes = bound_by_machine(cfg)
+    for note in notes:
+        say(note)
     if cfg.train.threads:
         torch.set_num_threads(cfg.train.threads)
     run_dir = make_run_dir(run_dir)
+    lock = RunLock.acquire(run_dir)
+    try:
+        session = _open_locked(cfg, run_dir, resume)
+    except BaseException:
+        lock.release()
+        raise
+    session.run_lock = lock
+    return session
+
+
+def _open_locked(cfg: RunConfig, run_dir: Path, resume: str | None) -> TrainSession:
     decision = decide_resume(run_dir, to_dict(cfg), resume)
     for note in decision.notes:
         say(note)

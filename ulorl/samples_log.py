@@ -5,7 +5,8 @@ policy versions, response length, stop reason, reward, ground truth, data source
 the decoded response text (`response`; `logging.sample_text_chars` keeps its first
 and last characters, with the number of characters cut in the middle; 0: no text),
 status and a reason:
-`trained`; `dropped` (reason `all_rewards_equal`: dynamic sampling); `skipped`
+`trained`; `dropped` (reason `all_rewards_equal`: dynamic sampling; `reward_failed`: a member's
+reward function raised or timed out, and each such sample's `reward_failure` says how); `skipped`
 (reason `non_finite`: the update of that step was skipped, the sample taught
 nothing). Users audit their data with it; the resume tests use it to prove no
 sample is lost or trained twice. On resume, lines written after the checkpoint's
@@ -74,6 +75,8 @@ class SampleLog:
                    "num_segments": len(t.segments), "versions": t.versions(), "response_length": t.response_len,
                    "stop_reason": t.stop_reason, "reward": t.reward, "ground_truth": t.ground_truth,
                    "data_source": t.data_source, "status": status, "reason": reason}
+            if t.reward_failure is not None:
+                rec["reward_failure"] = t.reward_failure
             if self.decode is not None:
                 rec["response"] = clip_text(self.decode(t.response_tokens), self.text_chars)
             self._f.write(json.dumps(rec) + "\n")

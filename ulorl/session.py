@@ -22,12 +22,14 @@ from ulorl.checkpoint import (CHECKPOINTS, CheckpointError, atomic_write_text, c
 from ulorl.config import RunConfig, dump_yaml, to_dict
 from ulorl.data import PromptRecord, load_prompts
 from ulorl.distributed.placement import Placement, build_placement
-from ulorl.models import eos_token_ids, load_model, load_tokenizer
+from ulorl.models import eos_token_ids, load_tokenizer
+from ulorl.models.lora import load_policy_model
 from ulorl.reward import RewardManager
 from ulorl.rollout.engines.base import Engine, SamplingParams
 from ulorl.rollout.pools import ExperiencePool, UnfinishedPool
 from ulorl.rollout.prompt_source import PromptSource
 from ulorl.rollout.segment import SegmentRollout
+from ulorl.run_lock import RunLock
 from ulorl.samples_log import SampleLog
 
 
@@ -65,6 +67,7 @@ class TrainSession:
         self.step, self.version, self.counters = 0, 0, {"trained_samples": 0, "dropped_groups": 0, "bad_steps": 0}
         self.history: dict = {"entropy": [], "eval": {}, "segments_hist": {}}
         self._saved: tuple | None = None  # `save_fingerprint` of the last save, to skip identical re-saves
+        self.run_lock: RunLock | None = None  # the run folder's lock (`recipe.open_session`), released by close
         if checkpoint:
             try:
                 self._restore(checkpoint)
@@ -115,11 +118,15 @@ class TrainSession:
         return path
 
     def close(self) -> None:
-        self.reward.close()
-        self.placement.close()
-        self.loggers.close()
-        self.samples.close()
-        write_history(self.run_dir, self.history)
+        try:
+            self.reward.close()
+            self.placement.close()
+            self.loggers.close()
+            self.samples.close()
+            write_history(self.run_dir, self.history)
+        finally:
+            if self.run_lock is not None:
+                self.run_lock.release()
 
 
 def write_history(run_dir: Path, history: dict) -> None:
@@ -134,13 +141,17 @@ def write_history(run_dir: Path, history: dict) -> None:
 
 # -- the parts of a session, in the order they are built ------------------------------------------------
 def load_policy(cfg: RunConfig, policy: str):
-    """(tokenizer, model) of the model folder `policy`, on `train.device`."""
+    """(tokenizer, model) of the model folder `policy`, on `train.device`; with `model.lora.rank > 0` (or a LoRA
+    checkpoint's folder) the model carries peft adapters and only they are trainable (`ulorl.models.lora`)."""
     m = cfg.model
     tokenizer = load_tokenizer(policy, m.trust_remote_code)
-    model = load_model(policy, m.dtype, m.trust_remote_code, cfg.train.device, m.rope_scaling_factor,
-                       m.rope_original_max_len)
+    model = load_policy_model(m, policy, cfg.train.device, seed=cfg.train.seed)
     if m.gradient_checkpointing:
         model.gradient_checkpointing_enable()
+    if m.activation_offload:
+        from ulorl.learners.offload import enable_activation_offload
+
+        enable_activation_offload(model)
     return tokenizer, model
 
 

@@ -10,6 +10,7 @@ module wires them and scores samples with the session's reward manager.
 
 from __future__ import annotations
 
+import json
 import resource
 import signal
 import time
@@ -19,11 +20,12 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
+from ulorl.checkpoint import atomic_write_text, read_latest
 from ulorl.config import PipelineMode, RunConfig
 from ulorl.evaluation.metrics import length_stats, paired_difference
 from ulorl.recipe import open_session
 from ulorl.reward import RewardError, apply_overlong_policy
-from ulorl.rollout.collect import RoundLimits, Rounds, collect_batch, fill_pool
+from ulorl.rollout.collect import DropReason, RoundLimits, Rounds, collect_batch, fill_pool
 from ulorl.rollout.segment import SampleError
 from ulorl.session import TrainSession, say
 from ulorl.stall import StallError, StallWatch  # noqa: F401  (StallError: the CLI's one-line user error)
@@ -54,10 +56,19 @@ def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
         bar.close()
         if stop.requested:
             say(f"stopped by signal at step {s.step}; checkpoint saved in {s.ckpt_root}")
-            return {"stopped_at": s.step, "run_dir": str(s.run_dir)}
-        if s.eval_prompts and "after" not in s.history["eval"]:
-            s.history["eval"]["after"] = evaluate_policy(s, "after")
-        return summarize(s, s.save())
+            summary = {"stopped_at": s.step, "run_dir": str(s.run_dir)}
+        else:
+            if s.eval_prompts and "after" not in s.history["eval"]:
+                s.history["eval"]["after"] = evaluate_policy(s, "after")
+            summary = summarize(s, s.save())
+        atomic_write_text(s.run_dir / "summary.json", json.dumps(summary, indent=1))  # while the folder is locked
+        return summary
+    except KeyboardInterrupt:  # a second signal: stop now, and say what is left
+        last = read_latest(s.ckpt_root)[0]
+        say(f"stopped at once by a second signal, {s.step} steps done; " +
+            (f"the last committed checkpoint is {last}" if last else "no checkpoint was committed yet") +
+            f"; resume with --resume auto --output-dir {s.run_dir}")
+        raise
     finally:
         stop.restore()
         s.close()
@@ -72,7 +83,7 @@ def train_step(s: TrainSession) -> dict:
     t0, tc = time.time(), s.cfg.train
     watch = StallWatch(s.step + 1, lambda ids: s.tokenizer.decode(ids, skip_special_tokens=True), say)
     rounds = Rounds(s.version, s.step, score=lambda finished: score(s, finished),
-                    dynamic_sampling=s.cfg.algo.dynamic_sampling, watch=watch, on_drop=lambda group: dropped(s, group),
+                    dynamic_sampling=s.cfg.algo.dynamic_sampling, watch=watch, on_drop=lambda group, why: dropped(s, group, why),
                     limits=RoundLimits(tc.max_rounds_per_step, tc.max_stall_rounds or tc.max_rounds_per_step),
                     stalled=lambda n, why: watch.fail(s.run_dir, n, why, s.cfg.algo.dynamic_sampling))
     got = collect_batch(s.rollout, s.unfinished, s.experience, tc.train_groups, rounds)
@@ -121,24 +132,25 @@ def score(s: TrainSession, finished: list[Trajectory]) -> None:
     texts = s.tokenizer.batch_decode([t.response_tokens for t in finished], skip_special_tokens=True)
     prompts = s.tokenizer.batch_decode([t.prompt_tokens for t in finished], skip_special_tokens=True)
     try:
-        raw = s.reward.score(texts, [t.ground_truth for t in finished], [t.data_source for t in finished],
-                             extra_infos=[t.extra_info for t in finished], prompts=prompts)
+        scored = s.reward.score_detailed(texts, [t.ground_truth for t in finished], [t.data_source for t in finished],
+                                         extra_infos=[t.extra_info for t in finished], prompts=prompts)
     except RewardError:  # a reward function's own fault: its message names the function, sample and fix
         raise
     except Exception as e:
         raise SampleError(f"step {s.step + 1}: reward scoring", finished, e) from e
     rewards, keep = apply_overlong_policy(
-        s.cfg.reward.overlong, torch.tensor(raw, dtype=torch.float32),
+        s.cfg.reward.overlong, torch.tensor(scored.rewards, dtype=torch.float32),
         torch.tensor([t.response_len for t in finished]), torch.tensor([t.truncated for t in finished]),
         s.cfg.rollout.max_response_len, s.cfg.reward.overlong_buffer)
-    for t, r, k in zip(finished, rewards.tolist(), keep.tolist()):
-        t.reward, t.loss_keep = float(r), bool(k)
+    for t, r, k, why in zip(finished, rewards.tolist(), keep.tolist(), scored.uncomputed):
+        t.reward, t.loss_keep, t.reward_failure = float(r), bool(k), why
 
 
-def dropped(s: TrainSession, group: list[Trajectory]) -> None:
-    """A group dynamic sampling dropped: logged in samples.jsonl and counted."""
-    s.samples.write(group, s.step + 1, "dropped", "all_rewards_equal")
-    s.counters["dropped_groups"] += 1
+def dropped(s: TrainSession, group: list[Trajectory], reason: str) -> None:
+    """A group dropped (dynamic sampling, or a member without a computed reward): logged in samples.jsonl, counted."""
+    s.samples.write(group, s.step + 1, "dropped", reason)
+    key = "reward_failed_groups" if reason == DropReason.REWARD_FAILED.value else "dropped_groups"
+    s.counters[key] = s.counters.get(key, 0) + 1
 
 
 def overlap_metrics(ahead: Counter, m: dict, wait_s: float, window_s: float) -> dict:
@@ -175,6 +187,7 @@ def step_metrics(s: TrainSession, batch: list[Trajectory], m: dict, acc: Counter
         "rollout/decoded_tokens": float(acc["decoded"]),
         "rollout/max_staleness": float(acc["max_staleness"]),
         "rollout/dropped_groups": float(acc["dropped_groups"]),
+        "rollout/reward_failed_groups": float(acc["reward_failed_groups"]),
         "rollout/slot_utilisation": acc["decoded"] / max(acc["slots"], 1),
         "timing_s/gen": acc["gen_s"],
         "timing_s/reward": acc["reward_s"],
@@ -227,7 +240,8 @@ def summarize(s: TrainSession, checkpoint=None) -> dict:
     if "before" in correct and "after" in correct and len(correct["before"]) > 1:
         paired = paired_difference(correct["before"], correct["after"], s.cfg.eval.k)
     out = {"run_dir": str(s.run_dir), "steps": s.step, "trained_samples": s.counters["trained_samples"],
-           "dropped_groups": s.counters["dropped_groups"], "eval_before": ev.get("before"),
+           "dropped_groups": s.counters["dropped_groups"],
+           "reward_failed_groups": s.counters.get("reward_failed_groups", 0), "eval_before": ev.get("before"),
            "eval_after": ev.get("after"), "eval_paired": paired, "entropy": h["entropy"],
            "segments_hist": by_number(h["segments_hist"])}
     if h.get("trained_length_hist"):

@@ -5,7 +5,7 @@ version that generated it and its token span, and every response token keeps its
 behaviour log-prob (at the sampling temperature). Scoring sets `reward` and, once,
 `loss_keep` (the overlong policy's decision; the learner reads it). Records serialise
 to plain JSON (no pickle), so pools can be checkpointed and audited; a record saved
-before `loss_keep` existed loads with `loss_keep=True`.
+before `loss_keep` or `reward_failure` existed loads with `loss_keep=True` and no failure.
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ class Trajectory:
     born_step: int = 0  # training step at which its prompt entered the rollout
     extra_info: dict = field(default_factory=dict)  # the dataset row's extra_info, for reward functions and the judge
     loss_keep: bool = True  # False: the overlong policy drops it from the loss (decided once, when it is scored)
+    reward_failure: str | None = None  # why no reward was computed (the function raised or timed out): never trained
 
     @property
     def response_len(self) -> int:

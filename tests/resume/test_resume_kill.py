@@ -1,13 +1,16 @@
 """SIGKILL at random moments, then `--resume auto`, over and over: nothing lost, nothing trained twice.
 
 Each trial starts `ulorl train --resume auto ...` in a fresh process and kills it with SIGKILL:
-  timed       after a random delay (seeded) counted from the moment the run has found its checkpoint,
-              so the kill lands in model loading, a rollout, an update or a checkpoint write;
+  timed       after a random delay (seeded) counted from the moment the run has loaded its data, so the
+              kill lands in a rollout, an update or a checkpoint write; cut short as soon as samples.jsonl
+              records the second step of this process, so the kill always comes while work remains;
   after_step  as soon as samples.jsonl records a chosen step: the update is done and logged, the
               checkpoint of that step is not (yet) committed;
   save:PHASE  inside `save_checkpoint` (test hook ULORL_TEST_CRASH_IN_SAVE=PHASE@STEP, `os._exit(137)`):
               files written without manifest / complete but not renamed / renamed but `latest` not
               updated / committed but not pruned.
+Nothing depends on the machine's speed: every trial advances the run by at most 2 steps, so `N` leaves
+work for every kill (checked before each trial), and each wait is for an event in the child's output.
 After every kill the committed checkpoint (`latest`) verifies, is the newest the run could have
 committed, and the next process says it resumes from exactly it. Finally the run completes and is
 compared with an uninterrupted reference run: same trained samples (no duplicate, no loss), same
@@ -36,7 +39,7 @@ import torch
 from ulorl.checkpoint import CRASH_HOOK_ENV, verify_checkpoint
 from ulorl.trainer import train
 
-N = 20
+N = 24  # 12 trials advance the run by at most 2 steps each (see the module docstring)
 TRIALS = ["timed", "save:files", "after_step", "timed", "save:manifest", "after_step", "timed", "save:rename",
           "timed", "save:pointer", "after_step", "timed"]
 ENV = {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
@@ -57,7 +60,7 @@ class Child:
     def text(self) -> str:
         return self.log.read_text() if self.log.exists() else ""
 
-    def wait_for(self, pattern: str, timeout: float = 60.0) -> bool:
+    def wait_for(self, pattern: str, timeout: float = 300.0) -> bool:
         end = time.time() + timeout
         while time.time() < end:
             if re.search(pattern, self.text(), re.M) or not self.proc.is_alive():
@@ -98,12 +101,24 @@ def last_logged_step(run: Path) -> int:
     return max(steps)
 
 
-def wait_samples_step(child: Child, run: Path, step: int) -> None:
+def samples_logged(run: Path, step: int) -> bool:
     path = run / "samples.jsonl"
-    pattern = f'"step": {step},'
-    while child.proc.is_alive():
-        if path.exists() and pattern in path.read_text():
-            return
+    return path.exists() and f'"step": {step},' in path.read_text()
+
+
+def wait_samples_step(child: Child, run: Path, step: int, timeout: float = 300.0) -> None:
+    """Until samples.jsonl records `step` (the child's update of that step is done and logged)."""
+    end = time.time() + timeout
+    while child.proc.is_alive() and not samples_logged(run, step):
+        if time.time() > end:
+            raise TimeoutError(f"step {step} not logged in {run}; log:\n{child.text()}")
+        time.sleep(0.002)
+
+
+def sleep_unless_logged(child: Child, run: Path, delay: float, step: int) -> None:
+    """Wait `delay` seconds, or less: until samples.jsonl records `step` (then work still remains)."""
+    end = time.time() + delay
+    while time.time() < end and child.proc.is_alive() and not samples_logged(run, step):
         time.sleep(0.002)
 
 
@@ -133,6 +148,7 @@ def _kill_and_resume(eos_model, tmp_path: Path, trials: list[str], *extra: str) 
     report = []
     for i, trial in enumerate(trials):
         before = committed(run)
+        assert (before or 0) + 2 < n, f"trial {i}: step {before} leaves too little work for a kill; raise N"
         env = {}
         if trial.startswith("save:"):
             target = (before or 0) + 1
@@ -144,7 +160,7 @@ def _kill_and_resume(eos_model, tmp_path: Path, trials: list[str], *extra: str) 
         assert re.search(expect, child.text()), f"trial {i}: expected {expect!r}\n{child.text()}"
         if trial == "timed":  # counted from the end of model loading: lands in a rollout, update or save
             child.wait_for(r"train data:")
-            time.sleep(rng.uniform(0.0, 0.8))
+            sleep_unless_logged(child, run, rng.uniform(0.0, 0.8), (before or 0) + 2)
             child.kill()
         elif trial == "after_step":
             wait_samples_step(child, run, (before or 0) + rng.randint(1, 2))

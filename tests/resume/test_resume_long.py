@@ -13,7 +13,7 @@ import time
 
 import pytest
 import resume_helpers as R
-from test_resume_kill import Child, _context, committed
+from test_resume_kill import Child, _context, committed, samples_logged
 
 from ulorl.trainer import train
 
@@ -37,10 +37,13 @@ def test_long_run_killed_mid_segment_resumes_with_nothing_lost_or_trained_twice(
     run = tmp_path / "run"
     argv = ["train", "-o", str(run), "--resume", "auto", *R.overrides(weak_eos_model, *LONG, f"train.steps={N}")]
     child = Child(_context(), argv, tmp_path / "child.log")
-    deadline = time.time() + 120
+    deadline = time.time() + 300
     while committed(run) != KILL_AFTER and child.proc.is_alive() and time.time() < deadline:
         time.sleep(0.01)
-    time.sleep(0.3)  # into step 4's rollout (a step takes ~2 s here)
+    # into step 4's rollout: a short wait, cut short when step 4 is logged, so step 5 is never reached
+    end = time.time() + 0.3
+    while time.time() < end and child.proc.is_alive() and not samples_logged(run, KILL_AFTER + 1):
+        time.sleep(0.002)
     child.kill()
     assert child.proc.exitcode is not None and child.proc.exitcode != 0, child.text()
     assert committed(run) in (KILL_AFTER, KILL_AFTER + 1), child.text()

@@ -37,6 +37,7 @@ _EXPORTS = {
     "RewardFnConfig": "config",
     "RewardFunctionError": "terms",
     "RewardManager": "manager",
+    "RewardScores": "manager",
     "RewardStyle": "registry",
     "RewardValueError": "terms",
     "RuleVerifier": "rule",

@@ -35,6 +35,7 @@ import math
 import threading
 import time
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ulorl.reward.config import RewardConfig
 from ulorl.reward.extract import ExtractorMap
@@ -43,7 +44,15 @@ from ulorl.reward.rule import RuleVerifier
 from ulorl.reward.terms import (ErrorWindow, RewardBatch, RewardTerm, TermResult, VerifierTerm, build_term,
                                 check_results)
 
-__all__ = ["RewardManager", "build_judge"]
+__all__ = ["RewardManager", "RewardScores", "build_judge"]
+
+
+@dataclass(frozen=True)
+class RewardScores:
+    """What ``RewardManager.score_detailed`` computed for a batch (lists of the batch's length)."""
+
+    rewards: list[float]  # sum(weight * score) over the functions
+    uncomputed: list[str | None]  # None, or why this sample has no reward ("<function>: error: ..." / "timeout: ...")
 
 
 def build_judge(cfg: RewardConfig) -> GenerativeVerifier | None:
@@ -163,11 +172,26 @@ class RewardManager:
     ) -> list[float]:
         """One reward per response: ``sum(weight * score)`` over the functions (a score of None counts 0).
 
+        For evaluation, where a sample whose reward failed counts as not correct. Training uses
+        ``score_detailed``, which also says which samples have no computed reward."""
+        return self.score_detailed(responses, ground_truths, data_sources, extra_infos, prompts).rewards
+
+    def score_detailed(
+        self,
+        responses: Sequence[str],
+        ground_truths: Sequence[str],
+        data_sources: Sequence[str] | None = None,
+        extra_infos: Sequence[dict | None] | None = None,
+        prompts: Sequence[str | None] | None = None,
+    ) -> RewardScores:
+        """Rewards (``sum(weight * score)`` over the functions) and, per sample, why it has none, if so.
+
         The judge (module docstring) applies to the first function. Raises :class:`RewardValueError` for a
         non-finite or out-of-range reward and :class:`RewardFunctionError` when a function keeps failing."""
         start = time.perf_counter()
         batch = RewardBatch.of(responses, ground_truths, data_sources, extra_infos, prompts)
         totals = [0.0] * len(batch)
+        uncomputed: list[str | None] = [None] * len(batch)
         judge_s = 0.0
         try:
             for k, (term, window) in enumerate(zip(self.terms, self.windows, strict=True)):
@@ -181,6 +205,8 @@ class RewardManager:
                 window.update(results, batch)
                 with self._lock:
                     for i, r in enumerate(results):
+                        if r.uncomputed is not None and uncomputed[i] is None:
+                            uncomputed[i] = f"{term.name}: {r.uncomputed}"
                         if r.score is not None:
                             totals[i] += term.weight * r.score
                             self._observe(f"rewards/{term.name}/mean", r.score)
@@ -190,7 +216,7 @@ class RewardManager:
             with self._lock:
                 self._extra["timing_s/reward_score"] += time.perf_counter() - start
                 self._extra["timing_s/reward_judge"] += judge_s
-        return totals
+        return RewardScores(totals, uncomputed)
 
     def _judgeable(self, pred: str | None) -> bool:
         return bool(pred) and len(pred) <= self.cfg.max_answer_chars  # type: ignore[arg-type]

@@ -38,9 +38,16 @@ Design:
   was trained). The trainer decides: it finishes the step or stops, and a
   step whose rewards were not all computed is never checkpointed.
 - **No orphans.** The zygote is started from one long-lived thread per pool
-  and asks Linux to SIGKILL it when that thread ends (``PR_SET_PDEATHSIG``:
-  at ``close()`` or when the trainer dies); workers ask the same relative to
-  the zygote. A stuck worker never outlives the trainer.
+  and asks Linux to signal it when that thread ends (``PR_SET_PDEATHSIG``:
+  at ``close()`` or when the trainer dies); workers ask for SIGKILL relative
+  to the zygote. Each worker leads its own process group, and a worker is
+  killed with its group. Processes a reward function starts that leave the
+  group (``setsid``, double forks) cannot hide either: the zygote is a child
+  subreaper (``PR_SET_CHILD_SUBREAPER``), so every orphaned descendant becomes
+  its child; it kills such orphans before each new worker, and kills all its
+  descendants before it exits (at ``close()``, on EOF from the trainer, or on
+  the parent-death signal). No process of a run outlives it, and none holds
+  the run's stdout open after it (``ulorl train | tee log`` ends).
 """
 
 from __future__ import annotations
@@ -107,24 +114,89 @@ def resolve_function(ref: str):
 
 
 # -- child side ------------------------------------------------------------------------
-def _set_pdeathsig(expected_ppid: int) -> None:
-    """Ask Linux to SIGKILL this process when its parent thread ends (best effort)."""
+_PR_SET_PDEATHSIG, _PR_SET_CHILD_SUBREAPER = 1, 36
+
+
+def _prctl(option: int, arg: int) -> bool:
     try:
         import ctypes
 
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(1, int(signal.SIGKILL), 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+        return ctypes.CDLL(None, use_errno=True).prctl(option, arg, 0, 0, 0) == 0
     except Exception:  # non-Linux: closing the socket still stops idle workers
+        return False
+
+
+def _set_pdeathsig(expected_ppid: int, sig: int = signal.SIGKILL) -> None:
+    """Ask Linux to send `sig` to this process when its parent thread ends (best effort)."""
+    if not _prctl(_PR_SET_PDEATHSIG, int(sig)):
         return
     if os.getppid() != expected_ppid:  # the parent died before prctl
         os._exit(1)
+
+
+def _children() -> dict[int, list[int]]:
+    """Parent pid -> pids of its live (not zombie) children, from /proc."""
+    out: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat", "rb") as f:
+                fields = f.read().rsplit(b")", 1)[1].split()
+        except (OSError, IndexError):
+            continue  # gone meanwhile
+        if fields and fields[0] != b"Z":
+            out.setdefault(int(fields[1]), []).append(int(entry))
+    return out
+
+
+def _descendants(root: int) -> list[int]:
+    tree, out, todo = _children(), [], [root]
+    while todo:
+        kids = tree.get(todo.pop(), [])
+        out += kids
+        todo += kids
+    return out
+
+
+def _kill_orphans(workers: set[int]) -> None:
+    """SIGKILL the zygote's children that it did not fork: orphans of dead workers, reparented to this subreaper."""
+    for pid in _children().get(os.getpid(), []):
+        if pid not in workers:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _kill_descendants(limit_s: float = 10.0) -> None:
+    """SIGKILL every descendant of this process, again until none is left (orphans of the killed ones come back
+    to this subreaper as children); bounded by `limit_s`."""
+    end = time.monotonic() + limit_s
+    while True:
+        pids = _descendants(os.getpid())
+        if not pids or time.monotonic() > end:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        time.sleep(0.005)  # the kernel reaps them (SIGCHLD is ignored) and reparents their orphans to us
+
+
+def _zygote_exit(signum=None, frame=None) -> None:
+    _kill_descendants()
+    os._exit(0)
 
 
 def _zygote_main(fd: int, cfg: dict) -> None:
     """Warm up once, then fork a worker for every ``"fork"`` request (plus an fd)."""
     conn = Connection(fd)
     try:
-        _set_pdeathsig(cfg["ppid"])
+        _prctl(_PR_SET_CHILD_SUBREAPER, 1)
+        signal.signal(signal.SIGUSR1, _zygote_exit)
+        _set_pdeathsig(cfg["ppid"], signal.SIGUSR1)  # the trainer died: kill every descendant, then exit
         if cfg.get("memory_mb"):
             import resource
 
@@ -139,28 +211,46 @@ def _zygote_main(fd: int, cfg: dict) -> None:
         conn.send(("init_error", traceback.format_exc(limit=5)))
         return
     zygote_pid = os.getpid()
+    workers: set[int] = set()
     while True:
         try:
             msg = conn.recv()
             if msg != "fork":
-                return
+                break
             child_fd = recv_handle(conn)
         except (EOFError, OSError):
-            return
+            break
+        _kill_orphans(workers)
         pid = os.fork()
         if pid == 0:  # the worker
             code = 0
             try:
+                os.setpgid(0, 0)  # its own process group, killed with it (`_Worker.kill`)
                 conn.close()
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                signal.signal(signal.SIGUSR1, signal.SIG_DFL)
                 _set_pdeathsig(zygote_pid)
                 _worker_loop(Connection(child_fd))
             except BaseException:
                 code = 1
             finally:
                 os._exit(code)
+        try:
+            os.setpgid(pid, pid)  # also here: the group exists before the trainer can kill it
+        except OSError:
+            pass  # the worker did it first, or is already gone
+        workers = {w for w in workers if _alive(w)} | {pid}
         os.close(child_fd)
         conn.send(("forked", pid))
+    _zygote_exit()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 def _worker_loop(conn: Connection) -> None:
@@ -214,9 +304,12 @@ class _Worker:
     def kill(self) -> None:
         if not self.dead:  # after EOF the pid may already belong to someone else
             try:
-                os.kill(self.pid, signal.SIGKILL)
+                os.killpg(self.pid, signal.SIGKILL)  # the worker and what it started in its group
             except ProcessLookupError:
-                pass
+                try:
+                    os.kill(self.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
         self.dead = True
         try:
             self.conn.close()
@@ -294,7 +387,7 @@ class _Zygote:
     def close(self) -> None:
         try:
             self.conn.send(None)
-            self.proc.wait(timeout=1.0)
+            self.proc.wait(timeout=15.0)  # it kills its descendants first (`_kill_descendants`, at most 10 s)
         except Exception:  # noqa: BLE001 - already gone or stuck: kill below
             pass
         if self.proc.poll() is None:

@@ -109,12 +109,20 @@ class RewardBatch:
 
 @dataclass
 class TermResult:
-    """One sample's outcome: ``score`` (None: failed or "does not apply"), extra metrics, error text."""
+    """One sample's outcome: ``score`` (None: failed or "does not apply"), extra metrics, error text.
+
+    ``uncomputed``: why no reward was computed for the sample (the function raised, or a user function ran
+    past its deadline); such a sample must never be trained as if it had scored 0 (``RewardScores``)."""
 
     score: float | None
     extras: dict[str, float] = field(default_factory=dict)
     error: str | None = None
     prediction: str | None = None  # extracted answer (built-ins only)
+    uncomputed: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.error is not None and self.uncomputed is None:
+            self.uncomputed = f"error: {self.error}"
 
 
 class RewardTerm(Protocol):
@@ -149,9 +157,13 @@ class VerifierTerm(_Base):
         self.verifier = verifier
 
     def score(self, batch: RewardBatch) -> list[TermResult]:
+        """A built-in's timeout is its verdict (an answer it cannot check in time scores 0, as math-verify's own
+        timeouts do); a user function's timeout leaves the sample without a reward."""
         verdicts = self.verifier.score_detailed(batch.responses, batch.ground_truths, batch.data_sources,
                                                 batch.extra_infos)
-        return [TermResult(v.score, v.extras, v.error if v.status is Status.ERROR else None, v.prediction)
+        user = isinstance(self.verifier.fn, UserRewardFn)
+        return [TermResult(v.score, v.extras, v.error if v.status is Status.ERROR else None, v.prediction,
+                           f"timeout: {v.error}" if user and v.status is Status.TIMEOUT else None)
                 for v in verdicts]
 
     def counters(self) -> dict[str, int]:

@@ -7,8 +7,11 @@ One call to `collect_batch` is the data half of one training step:
 2. the finished samples are scored by the `score` callable, which sets each
    trajectory's `reward` and, once, its `loss_keep` (the overlong policy's decision);
 3. each finished sample joins its group in the experience pool; a group that becomes
-   complete passes dynamic sampling (DAPO; UloRL section 2.3: a group whose rewards are
-   all equal gives no gradient) and is admitted, or is dropped (`on_drop`);
+   complete is dropped when one of its samples has no computed reward (`reward_failure`:
+   its function raised or timed out; a reward that was not computed is never trained as a
+   0), else passes dynamic sampling (DAPO; UloRL section 2.3: a group whose rewards are
+   all equal gives no gradient) and is admitted, or is dropped; `on_drop` sees each
+   dropped group with its reason (`DropReason`);
 4. repeat until `n_groups` groups are admitted, then take exactly `n_groups` of them
    (FIFO; leftovers wait for the next step).
 
@@ -26,6 +29,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from enum import Enum
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -39,6 +43,13 @@ from ulorl.trajectory import Trajectory
 
 if TYPE_CHECKING:
     from ulorl.stall import StallWatch
+
+
+class DropReason(str, Enum):
+    """Why a complete group is not admitted (the `reason` of its samples in samples.jsonl)."""
+
+    ALL_REWARDS_EQUAL = "all_rewards_equal"  # dynamic sampling: no gradient
+    REWARD_FAILED = "reward_failed"  # a member's reward function raised or timed out: no reward to train
 
 
 @dataclass(frozen=True)
@@ -60,7 +71,7 @@ class Rounds:
     limits: RoundLimits
     watch: StallWatch
     stalled: Callable[[int, str], Exception]  # (rounds, why) -> the error raised when `limits` are hit
-    on_drop: Callable[[list[Trajectory]], None] | None = None  # sees every group dynamic sampling drops
+    on_drop: Callable[[list[Trajectory], str], None] | None = None  # (group, `DropReason`) of every dropped group
 
 
 @dataclass
@@ -69,7 +80,7 @@ class Collected:
 
     batch: list[Trajectory]  # exactly n_groups whole groups, group by group
     counts: Counter  # rounds, finished, new_prompts, reprefill, decoded, slots, prefill, prefill_padded, max_staleness,
-    # dropped_groups, gen_s, reward_s
+    # dropped_groups (dynamic sampling), reward_failed_groups, gen_s, reward_s
 
 
 def collect_batch(rollout: SegmentRollout, unfinished: UnfinishedPool, experience: ExperiencePool, n_groups: int,
@@ -111,8 +122,8 @@ def fill_pool(rollout: SegmentRollout, unfinished: UnfinishedPool, experience: E
 
 
 def admit(experience: ExperiencePool, finished: list[Trajectory], dynamic_sampling: bool, watch: StallWatch,
-          acc: Counter, on_drop: Callable[[list[Trajectory]], None] | None = None) -> tuple[int, int]:
-    """Finished (scored) samples join their group; complete groups pass dynamic sampling or are dropped.
+          acc: Counter, on_drop: Callable[[list[Trajectory], str], None] | None = None) -> tuple[int, int]:
+    """Finished (scored) samples join their group; complete groups are admitted or dropped (`drop_reason`).
 
     Returns (groups completed, groups admitted)."""
     completed = admitted = 0
@@ -121,14 +132,23 @@ def admit(experience: ExperiencePool, finished: list[Trajectory], dynamic_sampli
         if group is None:
             continue
         completed += 1
-        ok = not dynamic_sampling or bool(dynamic_sampling_mask(torch.tensor([g.reward for g in group]),
-                                                                [g.group_id for g in group]).any())
-        if ok:
+        reason = drop_reason(group, dynamic_sampling)
+        if reason is None:
             experience.admit(group)
             admitted += 1
         else:
             if on_drop is not None:
-                on_drop(group)
-            acc["dropped_groups"] += 1
-        watch.record(group, ok)
+                on_drop(group, reason.value)
+            acc["reward_failed_groups" if reason is DropReason.REWARD_FAILED else "dropped_groups"] += 1
+        watch.record(group, reason is None)
     return completed, admitted
+
+
+def drop_reason(group: list[Trajectory], dynamic_sampling: bool) -> DropReason | None:
+    """Why a complete group is dropped, or None when it is admitted."""
+    if any(t.reward_failure is not None for t in group):
+        return DropReason.REWARD_FAILED
+    if dynamic_sampling and not bool(dynamic_sampling_mask(torch.tensor([g.reward for g in group]),
+                                                           [g.group_id for g in group]).any()):
+        return DropReason.ALL_REWARDS_EQUAL
+    return None
