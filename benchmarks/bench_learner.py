@@ -138,11 +138,11 @@ class PlainCE:
                 hidden = self.model.base_model(input_ids=mb.input_ids,
                                                attention_mask=mb.attention_mask).last_hidden_state
                 mark("body_forward")
-                logits = self.model.get_output_embeddings()(hidden[mb.gather_rows, mb.gather_cols])
+                logits = self.model.get_output_embeddings()(hidden[mb.hidden_rows, mb.hidden_cols])
             else:
                 logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
                 mark("body_forward")
-                logits = logits[mb.gather_rows, mb.gather_cols]
+                logits = logits[mb.hidden_rows, mb.hidden_cols]
             loss = F.cross_entropy(logits.float() / TEMPERATURE, mb.targets, reduction="sum") / self.n_tokens
             mark("head_logprob_entropy_forward")
             loss.backward()

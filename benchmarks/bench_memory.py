@@ -55,12 +55,12 @@ def _child(args) -> None:
         def forward(self, mb):
             logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits  # (b, S, V)
             logp = torch.log_softmax(logits.float() / self.temperature, dim=-1)
-            lp_flat = logp[mb.gather_rows, mb.gather_cols, mb.targets]
+            lp_flat = logp[mb.hidden_rows, mb.hidden_cols, mb.targets]
             with torch.no_grad():  # lean: from the same log-probs (a separate entropy pass would hold more copies)
-                ent_flat = -(logp.exp() * logp).sum(-1)[mb.gather_rows, mb.gather_cols]
-            logprobs = torch.zeros(mb.response_mask.shape).index_put((mb.gather_rows, mb.target_cols), lp_flat)
+                ent_flat = -(logp.exp() * logp).sum(-1)[mb.hidden_rows, mb.hidden_cols]
+            logprobs = torch.zeros(mb.response_mask.shape).index_put((mb.sample_rows, mb.target_cols), lp_flat)
             entropy = torch.zeros(mb.response_mask.shape)
-            entropy[mb.gather_rows, mb.target_cols] = ent_flat
+            entropy[mb.sample_rows, mb.target_cols] = ent_flat
             return logprobs, entropy
 
     T, V = args.T, args.vocab

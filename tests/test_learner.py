@@ -116,7 +116,7 @@ def test_pois_ratio_is_one_and_sais_uses_stored_behaviour_logprobs(tiny_model_di
 def test_micro_batches_give_the_full_batch_update(tiny_model_dir, batch):
     a = learner(tiny_model_dir, is_mode="pois", entropy_mask="dmmpt", sigma=10.0)
     b = copy.deepcopy(a)
-    b.train_cfg = TrainConfig(lr=1e-3, micro_batch_tokens=24)  # forces one sequence per micro-batch
+    b.train_cfg = TrainConfig(lr=1e-3, micro_batch_tokens=24, packing=False)  # one sequence per micro-batch
     # plain SGD with lr 1 makes the weight change equal to the gradient (Adam's g/|g| would amplify
     # float round-off of near-zero gradient entries)
     for ln in (a, b):
@@ -183,6 +183,7 @@ def test_filtered_samples_are_left_out_of_the_passes_with_the_same_update(tiny_m
         return seen
 
     fast = learner(tiny_model_dir)
+    fast.train_cfg = TrainConfig(lr=1e-3, micro_batch_tokens=10_000, packing=False)  # the reference's layout
     g_fast = grads_at_step(fast)
     m_fast = fast.update(batch, 0, loss_keep=keep)
     ref = learner(tiny_model_dir)
@@ -213,7 +214,7 @@ def test_update_with_every_sample_filtered_changes_nothing(tiny_model_dir, batch
 
 
 def test_split_sorted_fewest_micro_batches_then_least_padding():
-    from ulorl.learners.local import split_sorted
+    from ulorl.learners.micro_batch import split_sorted
 
     def greedy(lengths, budget):  # the fill split_sorted replaced: as many rows as fit, longest first
         runs = []

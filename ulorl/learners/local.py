@@ -4,11 +4,12 @@ One call to `update` is one gradient update on a batch of whole groups: GRPO
 advantages over each group, log-probs/entropies of the response tokens from logits
 divided by the sampling temperature (never the full `(T, V)` logits at once), the IS
 mode's pi_old (tois/pois/sais/...), the entropy mask (none/mpt/dmmpt), the clipped
-token-level loss. The batch is split into length-sorted micro-batches under a token
-budget; each micro-batch loss is divided by the *global* number of response tokens,
-so the summed gradients equal one full-batch step. A non-finite loss or gradient
-norm skips the update and leaves weights and optimizer state untouched. The metrics
-carry the learning rate of the update (`actor/lr`), as the `Learner` protocol asks.
+token-level loss. The batch is split into micro-batches under a token budget, padded
+or packed (`train.packing`, `ulorl.learners.micro_batch`); each micro-batch loss is
+divided by the *global* number of response tokens, so the summed gradients equal one
+full-batch step. A non-finite loss or gradient norm skips the update and leaves weights
+and optimizer state untouched. The metrics carry the learning rate of the update
+(`actor/lr`), as the `Learner` protocol asks.
 
 Data parallelism plugs in through four reduction hooks (`_global_sum`, `_all_finite`,
 `_sync_gradients`, `_merge_metrics`), identities here; `ShardedLearner` (in
@@ -20,7 +21,6 @@ shard exactly as one process would.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, fields
 
 import torch
 
@@ -28,105 +28,11 @@ from ulorl.algo import group_advantages, pois_bias_by_age, policy_loss, stale_to
 from ulorl.algo.entropy_mask import ENTROPY_MASKS, EntropyMaskMode
 from ulorl.algo.logprobs import chunked_logprobs_entropy
 from ulorl.config import AlgoConfig, TrainConfig
+from ulorl.learners.micro_batch import MicroBatch, collate_padded, make_micro_batches, zero_loss_micro_batch
 from ulorl.trajectory import Trajectory
 
-
-@dataclass
-class MicroBatch:
-    input_ids: torch.Tensor  # (b, S) right-padded prompt + response
-    attention_mask: torch.Tensor  # (b, S)
-    gather_rows: torch.Tensor  # (N,) row of each response token
-    gather_cols: torch.Tensor  # (N,) column of the hidden state that predicts it
-    target_cols: torch.Tensor  # (N,) index of each response token within its response (its column in (b, T))
-    targets: torch.Tensor  # (N,) the response tokens
-    response_mask: torch.Tensor  # (b, T) bool
-    behaviour_logprobs: torch.Tensor  # (b, T)
-    segment_age: torch.Tensor  # (b, T) long
-    rewards: torch.Tensor  # (b,)
-    advantages: torch.Tensor  # (b,)
-    pad_tokens: int
-
-    def to(self, device: torch.device) -> MicroBatch:
-        """The same micro-batch with every tensor on `device` (collated on the CPU, computed where the model is)."""
-        return MicroBatch(**{f.name: getattr(self, f.name).to(device) if f.name != "pad_tokens" else self.pad_tokens
-                             for f in fields(self)})
-
-
-def make_micro_batches(trajs: list[Trajectory], advantages: torch.Tensor, version: int, pad_id: int,
-                       token_budget: int, loss_keep: list[bool] | None = None) -> list[MicroBatch]:
-    """Length-sorted micro-batches whose padded size `b x S` stays within `token_budget` (at least one row).
-
-    Among the splits of the length-sorted batch into the fewest micro-batches, the one with the fewest pad
-    tokens (see `split_sorted`). Samples with `loss_keep[i] = False` are left out: they have no loss token, so
-    their forward and backward would change nothing (with overlong filtering at long L, the truncated samples
-    are most of the batch's tokens). No sample kept: no micro-batch."""
-    kept = [i for i in range(len(trajs)) if not loss_keep or loss_keep[i]]
-    order = sorted(kept, key=lambda i: -_len(trajs[i]))
-    groups = [order[lo:hi] for lo, hi in split_sorted([_len(trajs[i]) for i in order], token_budget)]
-    return [_collate([trajs[i] for i in g], advantages[g], version, pad_id, None) for g in groups]
-
-
-def zero_loss_micro_batch(traj: Trajectory, version: int, pad_id: int) -> MicroBatch:
-    """A micro-batch of one sample with no loss token: a forward and backward that add nothing (a lockstep
-    rank's filler)."""
-    return _collate([traj], torch.zeros(1), version, pad_id, [False])
-
-
-def split_sorted(lengths: list[int], token_budget: int) -> list[tuple[int, int]]:
-    """Split lengths sorted longest first into `[lo, hi)` runs with `(hi - lo) * lengths[lo] <= token_budget`.
-
-    Dynamic programming over the prefixes: first the fewest runs (what a greedy fill gives, so no more model
-    calls than greedy), then the fewest padded tokens among those. A greedy fill puts the next-longest
-    sequences with the few longest ones and pads them up; this split moves the cut points instead (on a
-    long-tailed batch of 48 it pads 0.19 instead of 0.23 at 2048 tokens). A run of one is always allowed.
-    O(n x rows per micro-batch).
-    """
-    n = len(lengths)
-    if n * (lengths[0] if n else 0) <= token_budget:
-        return [(0, n)] if n else []
-    best: list[tuple[int, int]] = [(0, 0)] + [(n + 1, 0)] * n  # (runs, padded tokens) of the first i lengths
-    cut = [0] * (n + 1)
-    for hi in range(1, n + 1):
-        for lo in range(hi - 1, -1, -1):
-            padded = (hi - lo) * lengths[lo]
-            if padded > token_budget and lo < hi - 1:
-                break  # longer runs only get wider
-            cand = (best[lo][0] + 1, best[lo][1] + padded)
-            if cand < best[hi]:
-                best[hi], cut[hi] = cand, lo
-    runs, hi = [], n
-    while hi > 0:
-        runs.append((cut[hi], hi))
-        hi = cut[hi]
-    return runs[::-1]
-
-
-def _len(t: Trajectory) -> int:
-    return len(t.prompt_tokens) + t.response_len
-
-
-def _collate(trajs, advantages, version, pad_id, keep) -> MicroBatch:
-    b, S, T = len(trajs), max(_len(t) for t in trajs), max(max(t.response_len for t in trajs), 1)
-    ids = torch.full((b, S), pad_id, dtype=torch.long)
-    attn = torch.zeros((b, S), dtype=torch.long)
-    resp_mask = torch.zeros((b, T), dtype=torch.bool)
-    blp = torch.zeros((b, T))
-    age = torch.zeros((b, T), dtype=torch.long)
-    rows, cols, tcols, targets = [], [], [], []
-    for i, t in enumerate(trajs):
-        p, r = len(t.prompt_tokens), t.response_len
-        ids[i, : p + r] = torch.tensor(t.prompt_tokens + t.response_tokens)
-        attn[i, : p + r] = 1
-        resp_mask[i, :r] = keep[i] if keep else True
-        blp[i, :r] = torch.tensor(t.behaviour_logprobs)
-        age[i, :r] = version - torch.tensor(t.token_versions(), dtype=torch.long)
-        rows.append(torch.full((r,), i))
-        cols.append(torch.arange(p - 1, p + r - 1))
-        tcols.append(torch.arange(r))
-        targets.append(torch.tensor(t.response_tokens))
-    rewards = torch.tensor([float(t.reward or 0.0) for t in trajs])
-    return MicroBatch(ids, attn, torch.cat(rows), torch.cat(cols), torch.cat(tcols), torch.cat(targets), resp_mask,
-                      blp, age, rewards, advantages, pad_tokens=int(b * S - attn.sum()))
+__all__ = ["LocalLearner", "MicroBatch", "make_micro_batches", "zero_loss_micro_batch"]
+_collate = collate_padded  # every sample in one padded micro-batch (the tests' reference path)
 
 
 class LocalLearner:
@@ -147,23 +53,33 @@ class LocalLearner:
         return self.head_logprobs(mb, self.body(mb))
 
     def body(self, mb: MicroBatch) -> torch.Tensor:
-        """`(b, S, d)` last hidden states of the backbone (in `train.autocast`'s dtype)."""
+        """`(rows, S, d)` last hidden states of the backbone (in `train.autocast`'s dtype). A packed micro-batch
+        has no attention mask: its position ids restart at each sample, which transformers turns into a
+        block-causal mask (`ulorl.learners.micro_batch`); `use_cache=False`, or that detection is skipped."""
         with self._autocast():
-            return self.model.base_model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).last_hidden_state
+            return self.model.base_model(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
+                                         position_ids=mb.position_ids, use_cache=False).last_hidden_state
 
     def head_logprobs(self, mb: MicroBatch, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-        """`(b, T)` log-probs and entropies of the response tokens from the body's `(b, S, d)` hidden states."""
+        """`(b, T)` log-probs and entropies of the response tokens from the body's `(rows, S, d)` hidden states."""
+        return self.to_response_layout(mb, *self.head_flat(hidden[mb.hidden_rows, mb.hidden_cols], mb.targets))
+
+    def head_flat(self, hidden: torch.Tensor, targets: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(N,)` log-probs (differentiable) and entropies of `(N,)` targets from their `(N, d)` hidden states."""
         head = self.model.get_output_embeddings()
-        hidden = hidden[mb.gather_rows, mb.gather_cols]
         if hidden.dtype != head.weight.dtype:  # autocast: the head (and so the log-probs) in the weights' dtype
             hidden = hidden.to(head.weight.dtype)
-        lp_flat, ent_flat = chunked_logprobs_entropy(hidden, head.weight,
-                                                     mb.targets, self.temperature, self.train_cfg.logit_chunk,
-                                                     bias=getattr(head, "bias", None))
+        return chunked_logprobs_entropy(hidden, head.weight, targets, self.temperature, self.train_cfg.logit_chunk,
+                                        bias=getattr(head, "bias", None))
+
+    @staticmethod
+    def to_response_layout(mb: MicroBatch, lp_flat: torch.Tensor,
+                           ent_flat: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """`(N,)` per-token values -> `(b, T)` (zeros outside the responses)."""
         logprobs = torch.zeros(mb.response_mask.shape, dtype=lp_flat.dtype, device=lp_flat.device)
         entropy = torch.zeros(mb.response_mask.shape, dtype=ent_flat.dtype, device=ent_flat.device)
-        logprobs = logprobs.index_put((mb.gather_rows, mb.target_cols), lp_flat)
-        entropy[mb.gather_rows, mb.target_cols] = ent_flat
+        logprobs = logprobs.index_put((mb.sample_rows, mb.target_cols), lp_flat)
+        entropy[mb.sample_rows, mb.target_cols] = ent_flat
         return logprobs, entropy
 
     def micro_batch_loss(self, mb: MicroBatch, logprobs: torch.Tensor, entropy: torch.Tensor,
@@ -239,7 +155,7 @@ class LocalLearner:
     def micro_batches(self, trajs: list[Trajectory], advantages: torch.Tensor, version: int,
                       loss_keep: list[bool] | None) -> list[MicroBatch]:
         mbs = make_micro_batches(trajs, advantages, version, self.pad_id, self.train_cfg.micro_batch_tokens,
-                                 loss_keep)
+                                 loss_keep, packed=self.train_cfg.packing)
         return [self._on_device(mb) for mb in mbs]
 
     def _on_device(self, mb: MicroBatch) -> MicroBatch:
