@@ -182,6 +182,14 @@ def build_parser() -> argparse.ArgumentParser:
     add_show_arguments(sh)
     sh.set_defaults(func=run_show)
 
+    from ulorl.export import add_export_arguments, run_export
+
+    ex = sub.add_parser("export", help="a run's trained model as a plain Hugging Face folder (LoRA merged)",
+                        description="Write a run's checkpoint (the newest complete one, or --step N) as a Hugging "
+                        "Face folder: config, safetensors, tokenizer, generation config; LoRA adapters merged.")
+    add_export_arguments(ex)
+    ex.set_defaults(func=run_export)
+
     cf = sub.add_parser("config", help="print the resolved configuration", description="Print the resolved "
                         "config (preset + overrides) as YAML, validating every key.")
     _add_config_args(cf)

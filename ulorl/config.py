@@ -291,6 +291,7 @@ class LoggingConfig:
 class CheckpointConfig:
     every: int = 10  # save every N steps (0: only at the end and on SIGTERM/SIGINT)
     keep: int = 2  # keep the last K complete checkpoints
+    export: bool = True  # at the end of a run, the last checkpoint as a plain HF folder in RUN/export (ulorl.export)
 
     def __post_init__(self) -> None:
         _positive("checkpoint.every", self.every, allow_zero=True)

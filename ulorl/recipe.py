@@ -81,7 +81,7 @@ def prepare_model(cfg: RunConfig, run_dir: Path) -> str:
 # what a run writes into its folder; a fresh start moves an earlier run's copies aside (never truncates them).
 # warm_start/ stays: the SFT warm start is reused when its model is complete
 RUN_OUTPUTS = ("checkpoints", "samples.jsonl", "metrics.jsonl", "metrics.jsonl.bak", "history.json",
-               "summary.json", "config.yaml", "tensorboard")
+               "summary.json", "config.yaml", "tensorboard", "export")
 
 
 def set_aside_earlier_run(run_dir: Path) -> Path | None:

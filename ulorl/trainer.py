@@ -27,6 +27,7 @@ from ulorl.recipe import open_session
 from ulorl.reward import RewardError, apply_overlong_policy
 from ulorl.rollout.collect import DropReason, RoundLimits, Rounds, collect_batch, fill_pool
 from ulorl.rollout.segment import SampleError
+from ulorl.export import EXPORT_DIR, export_checkpoint
 from ulorl.session import TrainSession, say
 from ulorl.stall import StallError, StallWatch  # noqa: F401  (StallError: the CLI's one-line user error)
 from ulorl.trajectory import Trajectory
@@ -60,7 +61,10 @@ def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
         else:
             if s.eval_prompts and "after" not in s.history["eval"]:
                 s.history["eval"]["after"] = evaluate_policy(s, "after")
-            summary = summarize(s, s.save())
+            final = s.save()
+            summary = summarize(s, final)
+            if cfg.checkpoint.export:  # a plain HF folder (LoRA merged) of the final checkpoint: RUN/export
+                summary["export_dir"] = str(export_checkpoint(final, s.run_dir / EXPORT_DIR))
         atomic_write_text(s.run_dir / "summary.json", json.dumps(summary, indent=1))  # while the folder is locked
         return summary
     except KeyboardInterrupt:  # a second signal: stop now, and say what is left

@@ -1,0 +1,82 @@
+"""`ulorl export` and the end-of-run export (ulorl/export.py): a plain HF folder that transformers loads and
+that generates the same greedy tokens as our engine on the trained policy, for full fine-tuning and for LoRA
+(merged). The reference is the policy as the run left it, loaded from its checkpoint the way a resume loads it.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from ulorl.cli import main
+from ulorl.config import ModelConfig, load_run_config
+from ulorl.models import eos_token_ids, load_tokenizer
+from ulorl.models.lora import load_policy_model
+from ulorl.rollout.engines import SamplingParams, TorchEngine
+from ulorl.trainer import train
+
+
+def run_overrides(model_dir, *extra):
+    return ["model.warm_start=none", f"model.path={model_dir}", "data.eval=null",
+            "rollout.max_response_len=16", "rollout.num_segments=2", "rollout.group_size=2", "rollout.decode_batch=4",
+            "train.train_groups=2", "train.steps=2", "train.lr=5e-2", "logging.progress=false",
+            "logging.loggers=[jsonl]", "reward.fn=exact", "reward.overlong=soft_penalty", "reward.overlong_buffer=16",
+            "data.train_size=4",
+            "algo.dynamic_sampling=false", "checkpoint.every=1", *extra]
+
+
+KINDS = {"full": (), "lora": ("model.lora.rank=4", "model.lora.alpha=16")}
+
+
+@pytest.mark.parametrize("kind", list(KINDS))
+def test_exported_folder_generates_our_engines_greedy_tokens(eos_model_dir, tmp_path, kind):
+    if kind == "lora":
+        pytest.importorskip("peft")
+    run = tmp_path / "run"
+    summary = train(load_run_config(None, run_overrides(eos_model_dir, *KINDS[kind])), run)
+    out = run / "export"
+    assert summary["export_dir"] == str(out)
+    assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json"} <= {
+        p.name for p in out.iterdir()}
+    assert not (out / "adapter_config.json").exists()
+
+    ckpt = run / "checkpoints" / "step_000002" / "model"
+    ours = load_policy_model(ModelConfig(), str(ckpt))  # the run's final policy (adapters apart for LoRA)
+    tok = load_tokenizer(str(ckpt))
+    theirs = AutoModelForCausalLM.from_pretrained(out, local_files_only=True)
+    their_tok = AutoTokenizer.from_pretrained(out, local_files_only=True)
+    base = AutoModelForCausalLM.from_pretrained(eos_model_dir, local_files_only=True)
+    assert any(not torch.equal(a, b) for a, b in zip(theirs.state_dict().values(), base.state_dict().values()))
+
+    eos = eos_token_ids(ours, tok)
+    assert theirs.generation_config.eos_token_id == eos
+    prompts = [[{"role": "user", "content": f"chain start {i} steps 3"}] for i in range(4)]
+    ids = [tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=False) for p in prompts]
+    assert ids == [their_tok.apply_chat_template(p, add_generation_prompt=True, tokenize=True, return_dict=False)
+                   for p in prompts]
+    engine = TorchEngine(ours, eos, max_batch=4).generate(ids, 12, SamplingParams(greedy=True))
+    assert sum(len(o.tokens) for o in engine) > 4 * 3, [o.tokens for o in engine]  # answers, not a lone EOS
+    for prefix, o in zip(ids, engine):
+        with torch.no_grad():
+            g = theirs.generate(torch.tensor([prefix]), max_new_tokens=12, do_sample=False)[0, len(prefix):]
+        assert g.tolist() == o.tokens
+
+
+def test_export_command_writes_the_chosen_step(eos_model_dir, tmp_path, capsys):
+    run = tmp_path / "run"
+    train(load_run_config(None, run_overrides(eos_model_dir, "checkpoint.export=false", "checkpoint.keep=2")), run)
+    assert not (run / "export").exists()
+    assert main(["export", str(run), "--step", "1", "-o", str(tmp_path / "step1")]) == 0
+    assert "exported" in capsys.readouterr().out
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "step1", local_files_only=True).state_dict()
+    from safetensors.torch import load_file
+
+    step1 = load_file(run / "checkpoints" / "step_000001" / "model" / "model.safetensors")
+    assert all(torch.equal(exported[k], v) for k, v in step1.items())
+    assert main(["export", str(run), "--step", "7"]) == 2  # no such checkpoint: one line, exit 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "step_000007" in err[0], err
+    assert json.loads((run / "summary.json").read_text())["steps"] == 2
