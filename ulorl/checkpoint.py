@@ -204,7 +204,7 @@ def save_checkpoint(root: str | Path, step: int, *, model, tokenizer, optimizer_
                       pools=pools)
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
-        if isinstance(e, OSError):
+        if isinstance(e, (OSError, *_WRITE_ERRORS)):
             raise CheckpointError(_failed_save(root, step, e)) from e
         raise
     _crash_hook("manifest", step)
@@ -256,11 +256,28 @@ def _commit(root: Path, final: Path, tmp: Path, step: int, keep: int) -> Path:
     return final
 
 
-def _failed_save(root: Path, step: int, e: OSError) -> str:
+def _write_errors() -> tuple[type[BaseException], ...]:
+    """Errors of the libraries that write a checkpoint's files which are not OSErrors (safetensors reports a full
+    disk as `SafetensorError: ... No space left on device`)."""
+    try:
+        from safetensors import SafetensorError
+    except ImportError:  # pragma: no cover - safetensors is a dependency
+        return ()
+    return (SafetensorError,)
+
+
+_WRITE_ERRORS = _write_errors()
+_NO_SPACE = (errno.ENOSPC, errno.EDQUOT)
+
+
+def _failed_save(root: Path, step: int, e: BaseException) -> str:
     last = read_latest(root)[0]
     kept = f"the last committed checkpoint ({last}) is intact" if last else "no checkpoint was committed yet"
-    return (f"saving checkpoint step {step} in {root} failed: {e.strerror or e}; the partial folder was removed "
-            f"and {kept}. Free space, then run again with --resume auto")
+    text = getattr(e, "strerror", None) or (str(e).splitlines()[0] if str(e) else type(e).__name__)
+    full = getattr(e, "errno", None) in _NO_SPACE or "No space left" in str(e) or "StorageFull" in str(e)
+    fix = "Free space" if full else f"Check that {root} can be written"
+    return (f"saving checkpoint step {step} in {root} failed: {text}; the partial folder was removed "
+            f"and {kept}. {fix}, then run again with --resume auto")
 
 
 def set_latest(root: str | Path, checkpoint: str | Path) -> None:
@@ -294,6 +311,14 @@ def _inside(root: Path, path: Path) -> bool:
     """`path` resolves (symlinks followed) to an entry directly inside `root`."""
     try:
         return path.resolve().parent == root.resolve()
+    except (OSError, RuntimeError):  # a symlink loop
+        return False
+
+
+def _within(folder: Path, path: Path) -> bool:
+    """`path` resolves (symlinks followed) to a place inside `folder` (resolved too)."""
+    try:
+        return path.resolve().is_relative_to(folder.resolve())
     except (OSError, RuntimeError):  # a symlink loop
         return False
 
@@ -354,6 +379,9 @@ def verify_checkpoint(path: str | Path) -> dict:
         if Path(rel).is_absolute() or ".." in Path(rel).parts:
             raise CheckpointError(f"checkpoint {path}: {MANIFEST} names {rel!r}, outside the checkpoint (corrupted)")
         f = path / rel
+        if not _within(path, f):
+            raise CheckpointError(f"checkpoint {path}: {rel} is a symlink (or lies under one) that leads out of the "
+                                  "checkpoint; refusing to load it (copy the real files in)")
         if not f.is_file():
             raise CheckpointError(f"checkpoint {path} is missing {rel}")
         if not isinstance(meta, dict) or f.stat().st_size != meta.get("size") or _sha256(f) != meta.get("sha256"):
@@ -588,6 +616,6 @@ def commit_resumed(root: str | Path, path: str | Path) -> None:
     root, path = Path(root), Path(path)
     if path.parent.resolve() != root.resolve():
         return
-    pointer = root / LATEST
-    if not pointer.exists() or pointer.read_text().strip() != path.name:
+    named, _ = read_latest(root)  # None too when the pointer holds binary bytes or a path: then it is rewritten
+    if named is None or named.name != path.name:
         set_latest(root, path)

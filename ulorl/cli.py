@@ -219,19 +219,35 @@ def _os_message(e: OSError) -> str:
     return f"{where}{e.strerror or e}" + (f" ({hint})" if hint else "")
 
 
+# exit statuses, one per cause (docs/reliability.md)
+EXIT_USER_ERROR = 2  # bad config, data, checkpoint or path: the message names it and the fix
+EXIT_NON_FINITE = 3  # repeated non-finite updates: the last good state is checkpointed
+EXIT_STALLED = 4  # rollout rounds could not fill a batch: stall_report.json says why
+EXIT_PROCESS_DIED = 5  # a process of the run (the overlap learner) died: --resume auto continues
+EXIT_INTERRUPTED = 130
+
+
+def _learner_message(e: BaseException) -> str:
+    lines = [ln for ln in str(e).splitlines() if ln.strip()]
+    cause = f": {lines[-1].strip()}" if len(lines) > 1 else ""
+    return f"{lines[0].rstrip(':') if lines else e}{cause} (--debug shows its traceback); --resume auto continues"
+
+
 def _user_errors() -> list[tuple[type[BaseException], int, object]]:
     """(exception type, exit status, message) for every error a user can cause; first match wins."""
     from ulorl.errors import UlorlError
+    from ulorl.learners.process import LearnerProcessError
     from ulorl.stall import StallError
 
     return [
-        (StallError, 3, str),  # the run cannot fill a batch: stall_report.json says why
-        (FloatingPointError, 3, str),  # repeated non-finite updates: the last good state is checkpointed
-        (UlorlError, 2, str),  # ConfigError, CheckpointError, DataError, ...: the message names the key/file/row
-        (OSError, 2, _os_message),
-        (UnicodeError, 2, lambda e: f"text that is not valid UTF-8: {e}"),
-        (RecursionError, 2, lambda e: "input nested too deeply to read"),
-        (KeyboardInterrupt, 130, lambda e: "interrupted"),
+        (StallError, EXIT_STALLED, str),
+        (FloatingPointError, EXIT_NON_FINITE, str),
+        (LearnerProcessError, EXIT_PROCESS_DIED, _learner_message),
+        (UlorlError, EXIT_USER_ERROR, str),  # ConfigError, CheckpointError, DataError, ...: names the key/file/row
+        (OSError, EXIT_USER_ERROR, _os_message),
+        (UnicodeError, EXIT_USER_ERROR, lambda e: f"text that is not valid UTF-8: {e}"),
+        (RecursionError, EXIT_USER_ERROR, lambda e: "input nested too deeply to read"),
+        (KeyboardInterrupt, EXIT_INTERRUPTED, lambda e: "interrupted"),
     ]
 
 

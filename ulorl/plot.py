@@ -115,6 +115,11 @@ def load_run(run_dir: str | Path, name: str | None = None) -> Run:
     rows = read_metrics(path)
     if not rows:
         raise ValueError(f"run {run_dir}: {path} has no parsable metrics line")
+    odd = [(row["step"], k) for row in rows for k, v in row.items()
+           if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)))]
+    if odd:
+        log.warning("%s: %d metric value(s) are not numbers and are left out of the plots (first: step %d, %r)",
+                    path, len(odd), odd[0][0], odd[0][1])
     return Run(name or Path(run_dir).resolve().name, rows)
 
 
@@ -154,6 +159,10 @@ def panel_curves(panel: Panel, runs: Sequence[Run]) -> list[Curve]:
                 curves.append(Curve(r, key, series.label.format(*m.groups()), series.sparse,
                                     [s for s, _ in pts], [v for _, v in pts]))
     return curves
+
+
+# `ulorl plot --smooth`'s default: TensorBoard's (per-step series of RL runs are too noisy to read raw)
+DEFAULT_SMOOTH = 0.6
 
 
 def ema(values: Sequence[float], weight: float) -> list[float]:
@@ -275,20 +284,21 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
                         help="output folder for the PNGs (default: FIRST_RUN_DIR/plots)")
     parser.add_argument("--names", default=None,
                         help="comma-separated legend names, one per run (default: folder names)")
-    parser.add_argument("--smooth", type=float, default=0.0,
-                        help="EMA smoothing weight in [0, 1), e.g. 0.6 (default: 0, none)")
+    parser.add_argument("--smooth", type=float, default=DEFAULT_SMOOTH,
+                        help=f"EMA smoothing weight in [0, 1): a smoothed curve over the faded raw one, as "
+                        f"TensorBoard draws (default: {DEFAULT_SMOOTH}; 0: the raw series only)")
     return parser
 
 
 def run_plot(args: argparse.Namespace) -> int:
-    """Run ``ulorl plot`` from parsed arguments; return the exit code (0 ok, 1 error)."""
+    """Run ``ulorl plot`` from parsed arguments; return the exit code (0 ok, 2 a user error, as every command)."""
     names = [n.strip() for n in args.names.split(",")] if args.names else None
     out = args.out if args.out is not None else Path(args.run_dirs[0]) / "plots"
     try:
         paths, skipped = plot_panels(args.run_dirs, out, names, args.smooth)
     except (OSError, ValueError) as e:
         print(f"ulorl plot: error: {e}", file=sys.stderr)
-        return 1
+        return 2
     for p in paths:
         print(p)
     if skipped:

@@ -14,6 +14,8 @@ import json
 import textwrap
 from pathlib import Path
 
+from ulorl.data.formats import check_regular_file
+from ulorl.errors import UlorlError
 from ulorl.samples_log import clip_text
 
 STATUSES = ("all", "trained", "dropped", "skipped")
@@ -29,20 +31,67 @@ def add_show_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     return parser
 
 
+MAX_LINE_BYTES = 64 * 2**20  # longer lines are skipped as malformed
+
+
 def read_samples(run: str | Path) -> list[dict]:
-    """The lines of a run's samples.jsonl (`run` is the run folder or the file); a torn last line is skipped."""
+    """The valid lines of a run's samples.jsonl (`run` is the run folder or the file).
+
+    A line that is not a JSON object with an integer `step` and string `group_id` and `sample_id` (a torn
+    last line, bytes that are not UTF-8, a list, `"step": "1"`) is skipped; how many, and the first one by
+    line number, is printed."""
+    records, skipped = read_jsonl_records(_samples_path(run), _sample_problem)
+    if skipped:
+        print(skipped)
+    return records
+
+
+def _samples_path(run: str | Path) -> Path:
     path = Path(run)
     if path.is_dir():
         path = path / "samples.jsonl"
     if not path.exists():
         raise FileNotFoundError(f"{path}: no samples.jsonl here (give the folder of a `ulorl train` run)")
-    out = []
-    for line in path.read_text().splitlines():
-        try:
-            out.append(json.loads(line))
-        except json.JSONDecodeError:
-            continue
-    return out
+    check_regular_file(path)
+    return path
+
+
+def _sample_problem(rec: object) -> str | None:
+    if not isinstance(rec, dict):
+        return f"a JSON {type(rec).__name__}, not an object"
+    if not isinstance(rec.get("step"), int) or isinstance(rec.get("step"), bool):
+        return f"'step' is {rec.get('step')!r}, not an integer"
+    for key in ("group_id", "sample_id"):
+        if not isinstance(rec.get(key), str):
+            return f"{key!r} is {rec.get(key)!r}, not a string"
+    return None
+
+
+def read_jsonl_records(path: Path, problem) -> tuple[list[dict], str]:
+    """(records, note): the lines of `path` that parse as JSON and for which `problem(record)` is None; the note
+    counts the others and names the first (file:line and why), or is empty."""
+    out, bad, first = [], 0, ""
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, start=1):
+            if not raw.strip():
+                continue
+            why = None
+            if len(raw) > MAX_LINE_BYTES:
+                why = f"longer than {MAX_LINE_BYTES} bytes"
+            else:
+                try:
+                    rec = json.loads(raw.decode("utf-8"))
+                    why = problem(rec)
+                except UnicodeDecodeError:
+                    why = "bytes that are not UTF-8"
+                except (json.JSONDecodeError, RecursionError):
+                    why = "not JSON (a torn line?)"
+            if why is None:
+                out.append(rec)
+            else:
+                bad += 1
+                first = first or f"{path}:{n}: {why}"
+    return out, (f"skipped {bad} malformed line(s) of {path} (first: {first})" if bad else "")
 
 
 def format_step(records: list[dict], step: int, status: str = "all", limit: int = 8, chars: int = 600) -> str:
@@ -95,11 +144,18 @@ def _ranges(steps: list[int]) -> str:
     return ", ".join(out)
 
 
+class ShowError(UlorlError):
+    """`ulorl show` was asked for something the run does not have."""
+
+
 def run_show(args: argparse.Namespace) -> int:
     records = read_samples(args.run)
     if not records:
         print(f"{args.run}: samples.jsonl is empty (no step has finished yet)")
         return 0
-    step = args.step if args.step is not None else max(r.get("step", 0) for r in records)
+    steps = sorted({r["step"] for r in records})
+    if args.step is not None and args.step not in steps:
+        raise ShowError(f"{args.run}: no samples at step {args.step}; steps logged: {_ranges(steps)}")
+    step = args.step if args.step is not None else steps[-1]
     print(format_step(records, step, args.status, args.limit, args.chars))
     return 0

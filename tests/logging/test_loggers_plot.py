@@ -121,8 +121,8 @@ def test_cli_defaults_to_first_run_plots(tmp_path, capsys):
     assert "skipped (no data in any run): Reward / accuracy" in out.err
 
 
-def test_cli_reports_missing_metrics_with_exit_code_1(tmp_path, capsys):
+def test_cli_reports_missing_metrics_with_exit_code_2(tmp_path, capsys):
     (tmp_path / "nothing").mkdir()
-    assert run_plot(parse([str(tmp_path / "nothing")])) == 1
+    assert run_plot(parse([str(tmp_path / "nothing")])) == 2  # a user error: exit status 2, as every command
     err = capsys.readouterr().err
     assert err.startswith("ulorl plot: error: run ") and "nothing: no metrics.jsonl" in err

@@ -223,6 +223,8 @@ def run_clean(args: argparse.Namespace) -> int:
         raise DataError(f"--steps {steps}: steps {[s.value for s in MODEL_STEPS]} need at least one --model PATH")
     out_storage = _output_storage(args.output, _input_storage(args))
     raw = read_source(args.input, data_cfg, split="train")
+    if not raw.rows:
+        raise DataError(f"{args.input}: no rows to clean (the file is empty); nothing was written")
     valid, load_report = validate_source(raw, args.on_bad_row, skip_hint="--on-bad-row skip")
     load_report.n_loaded = len(valid)
     rows = [_decoded_prompt(raw.rows[v.index], v, raw.schema) for v in valid]

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from enum import Enum
 from pathlib import Path
 
@@ -54,6 +55,24 @@ def output_storage(path: str | Path) -> Storage:
     return detect_storage(p, "name the output .jsonl or .parquet")
 
 
+MAX_LINE_BYTES = 64 * 2**20  # a JSONL line longer than this is a bad row, not a prompt
+
+
+def check_regular_file(path: str | Path) -> None:
+    """DataError unless `path` is a regular file (symlinks followed): a FIFO would block `open` forever and a
+    device such as /dev/zero would read until memory runs out."""
+    import stat
+
+    try:
+        mode = os.stat(path).st_mode
+    except FileNotFoundError:
+        raise DataError(f"{path}: no such file or folder") from None
+    if not stat.S_ISREG(mode):
+        kind = ("a named pipe (FIFO)" if stat.S_ISFIFO(mode) else "a device" if stat.S_ISCHR(mode) or
+                stat.S_ISBLK(mode) else "a socket" if stat.S_ISSOCK(mode) else "not a regular file")
+        raise DataError(f"{path}: is {kind}; give a regular data file")
+
+
 def read_rows(path: str | Path, storage: Storage, split: str = "train") -> list[dict | RowIssue]:
     """All rows of a source, in file order (the index is the row's stable id)."""
     p = Path(path)
@@ -62,6 +81,8 @@ def read_rows(path: str | Path, storage: Storage, split: str = "train") -> list[
     if storage is not Storage.DISK and p.is_dir():
         raise DataError(f"{path}: is a folder, but the format given reads a {storage.value} file; give the file, "
                         "or format disk for a datasets.save_to_disk folder")
+    if storage is not Storage.DISK:
+        check_regular_file(p)
     if storage is Storage.DISK:
         return _read_disk(p, split)
     return _read_parquet(p) if storage is Storage.PARQUET else _read_jsonl(p)
@@ -82,6 +103,10 @@ def _read_jsonl(path: Path) -> list[dict | RowIssue]:
         if not line.strip():
             continue
         i = len(rows)
+        if len(line) > MAX_LINE_BYTES:
+            rows.append(RowIssue(i, "<row>", "line_too_long", f"a line of at most {MAX_LINE_BYTES} bytes (line "
+                                 f"{line_no})", f"{len(line)} bytes"))
+            continue
         try:
             obj = json.loads(line.decode("utf-8", errors="surrogateescape"))
         except json.JSONDecodeError as e:
@@ -110,6 +135,7 @@ def _read_parquet(path: Path) -> list[dict | RowIssue]:
 
 def _json_field(path: Path, key: str, kind: type) -> object:
     """`key` of the JSON object in file `path`, of type `kind`, or a DataError naming the file."""
+    check_regular_file(path)
     try:
         value = json.loads(path.read_bytes())[key]
         if not isinstance(value, kind):
@@ -138,6 +164,8 @@ def _read_disk(path: Path, split: str) -> list[dict | RowIssue]:
     files = [path / f["filename"] for f in entries]
     if not all(f.resolve().parent == path.resolve() for f in files):
         raise DataError(f"{state}: a '_data_files' entry names a file outside {path}")
+    for f in files:
+        check_regular_file(f)
     try:
         tables = []
         for f in files:

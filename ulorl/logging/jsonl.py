@@ -96,6 +96,9 @@ def _parse_line(line: str, path: Path, lineno: int) -> dict[str, Any] | None:
     except json.JSONDecodeError as e:
         log.warning("%s:%d: skipping unparsable line (%s)", path, lineno, e.msg)
         return None
+    except RecursionError:
+        log.warning("%s:%d: skipping a line nested too deeply to read", path, lineno)
+        return None
     step = row.get("step") if isinstance(row, dict) else None
     if isinstance(step, bool) or not isinstance(step, int):
         log.warning("%s:%d: skipping line without an integer 'step'", path, lineno)
@@ -115,9 +118,14 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """
     path = Path(path)
     by_step: dict[int, dict[str, Any]] = {}
-    with open(path, encoding="utf-8") as f:
-        for lineno, line in enumerate(f, 1):
-            if not line.strip():
+    with open(path, "rb") as f:
+        for lineno, raw in enumerate(f, 1):
+            if not raw.strip():
+                continue
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                log.warning("%s:%d: skipping a line that is not UTF-8", path, lineno)
                 continue
             row = _parse_line(line, path, lineno)
             if row is not None:

@@ -16,6 +16,7 @@ from pathlib import Path
 import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
+from ulorl.errors import UlorlError
 from ulorl.models.gguf import cache_root, gguf_model_dir, gguf_source
 from ulorl.models.tiny import build_tiny_model, tiny_preset
 
@@ -54,8 +55,11 @@ def resolve_model_path(path: str | os.PathLike) -> Path:
 
 
 def load_tokenizer(path: str | os.PathLike, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
-    tok = AutoTokenizer.from_pretrained(resolve_model_path(path), local_files_only=True,
-                                        trust_remote_code=trust_remote_code)
+    folder = resolve_model_path(path)
+    try:
+        tok = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=trust_remote_code)
+    except (OSError, ValueError, KeyError, RuntimeError) as e:  # no tokenizer files, a corrupt tokenizer.json
+        raise ModelLoadError(f"cannot load the tokenizer in {folder}: {type(e).__name__}: {_first_line(e)}") from e
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -82,9 +86,31 @@ def load_model(path: str | os.PathLike, dtype: str = "float32", trust_remote_cod
         config.rope_parameters = yarn_rope_parameters(config, rope_scaling_factor, original)
         config.max_position_embeddings = int(original * rope_scaling_factor)
         kwargs["config"] = config
-    model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=_DTYPES[dtype],
-                                                 trust_remote_code=trust_remote_code, **kwargs)
+    try:
+        model = AutoModelForCausalLM.from_pretrained(folder, local_files_only=True, dtype=_DTYPES[dtype],
+                                                     trust_remote_code=trust_remote_code, **kwargs)
+    except (OSError, ValueError, KeyError, RuntimeError, *_LOAD_ERRORS) as e:  # a corrupt or foreign folder
+        raise ModelLoadError(f"cannot load the model in {folder}: {type(e).__name__}: "
+                             f"{_first_line(e)}") from e
     return model.to(device)
+
+
+def _first_line(e: BaseException) -> str:
+    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
+    return lines[0][:300] if lines else ""
+
+
+def _load_errors() -> tuple[type[BaseException], ...]:
+    from safetensors import SafetensorError  # a corrupt file, a header length of 1e15, ...
+
+    return (SafetensorError,)
+
+
+_LOAD_ERRORS = _load_errors()
+
+
+class ModelLoadError(UlorlError):
+    """A model folder that transformers cannot load (corrupt weights, an unknown model_type, ...)."""
 
 
 def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype: str = "float32") -> Path:

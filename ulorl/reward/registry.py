@@ -93,6 +93,16 @@ def _is_path(target: str) -> bool:
     return target.endswith(".py") or os.sep in target or "/" in target
 
 
+def _no_exit(fn: Callable, arg: Any, target: str) -> Any:
+    """`fn(arg)`, with a `sys.exit()` in the imported module turned into an ImportError that names it (it would
+    otherwise end ulorl silently, with the module's exit status)."""
+    try:
+        return fn(arg)
+    except SystemExit as e:
+        raise ImportError(f"importing {target!r} called sys.exit({e.code!r}); a reward module must not exit at "
+                          "import") from None
+
+
 def load_function(ref: str) -> Callable:
     """Import ``"pkg.mod:fn"`` or load ``"path/to/file.py:fn"`` and return the callable.
 
@@ -114,12 +124,12 @@ def load_function(ref: str) -> Callable:
                 sys.path.insert(0, str(path.parent))
             sys.modules[mod_name] = module
             try:
-                spec.loader.exec_module(module)
+                _no_exit(spec.loader.exec_module, module, target)
             except BaseException:
                 del sys.modules[mod_name]
                 raise
     else:
-        module = importlib.import_module(target)
+        module = _no_exit(importlib.import_module, target, target)
     obj: Any = module
     for part in attr.split("."):
         obj = getattr(obj, part)

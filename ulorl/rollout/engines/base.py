@@ -19,8 +19,8 @@ from ulorl.config_loader import ConfigError
 
 def check_sampling(temperature: float, top_p: float, top_k: int, prefix: str = "") -> None:
     """Validate sampling settings, raising `ConfigError`; `prefix` names their config section (e.g. "rollout.")."""
-    if temperature <= 0:
-        raise ConfigError(f"{prefix}temperature must be > 0, got {temperature}")
+    if not temperature > 0 or temperature == float("inf"):  # nan and inf too
+        raise ConfigError(f"{prefix}temperature must be a finite number > 0, got {temperature}")
     if not 0 < top_p <= 1:
         raise ConfigError(f"{prefix}top_p must be in (0, 1], got {top_p}")
     if top_k == 0 or top_k < -1:
