@@ -22,8 +22,17 @@ Two ways to hold the model (`sharding`):
   communicates inside forward/backward, so ranks run in lockstep: shorter shards
   are padded with empty micro-batches and a non-finite loss does not stop the loop.
 
+Sequence parallelism (`train.sequence_parallel` R > 1): consecutive groups of R ranks
+share a data shard (`world / R` data-parallel shards); each micro-batch is one sample
+whose positions are split over the group (Ulysses all-to-all around attention,
+`ulorl.distributed.sequence_parallel`). Every rank of a group computes the same loss on
+the gathered log-probs, so token counts are divided by R and one rank per group reports
+the metric sums; parameter gradients are summed over all ranks as above (the parts of a
+group are disjoint contributions to one sample's gradient).
+
 Tested on CPU (gloo, 2 processes): `replicate` and `fsdp2` give the one-process
-weights and metrics to 1e-5. Not tested: NCCL, GPUs, more than one machine,
+weights and metrics to 1e-5; R = 2 (alone, with gradient checkpointing, with FSDP2 and
+as 2 data x 2 sequence ranks) gives the one-process gradients, weights and metrics to 1e-5. Not tested: NCCL, GPUs, more than one machine,
 mixed precision with FSDP2, and the full-state-dict checkpoint path of `fsdp2`
 on GPU (`torch.distributed.checkpoint.state_dict`, written for it but only run on CPU).
 
@@ -36,6 +45,7 @@ the explicit-address form used by the Ray learner actors and the tests.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import socket
 from datetime import timedelta
@@ -43,10 +53,11 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from ulorl.config import AlgoConfig, TrainConfig
+from ulorl.config import AlgoConfig, ConfigError, TrainConfig
 from ulorl.distributed.config import ShardingName
+from ulorl.distributed.sequence_parallel import gather_shards, install_ulysses, shard_bounds
 from ulorl.distributed.sharding import shard_groups
-from ulorl.learners.local import LocalLearner, MicroBatch, advantage_metrics, zero_loss_micro_batch
+from ulorl.learners.local import LocalLearner, MicroBatch, advantage_metrics, make_micro_batches, zero_loss_micro_batch
 from ulorl.trajectory import Trajectory
 
 
@@ -116,6 +127,18 @@ class ShardedLearner(LocalLearner):
         self.sharding = resolve_sharding(sharding, train.device)
         self.lockstep = self.sharding is ShardingName.FSDP2
         self._comm_device = torch.device(train.device)
+        self.sp = train.sequence_parallel
+        if self.world % self.sp:
+            raise ConfigError(f"train.sequence_parallel={self.sp} must divide the {self.world} learner ranks")
+        self.sp_rank, self.dp_rank, self.dp_world = self.rank % self.sp, self.rank // self.sp, self.world // self.sp
+        self.sp_group = None
+        if self.sp > 1:  # consecutive ranks form a sequence-parallel group; every rank creates every group
+            ranks = dist.get_process_group_ranks(group) if group is not None else list(range(self.world))
+            for k in range(self.dp_world):
+                g = dist.new_group(ranks[k * self.sp : (k + 1) * self.sp])
+                if k == self.dp_rank:
+                    self.sp_group = g
+            install_ulysses(model, self.sp_group)
         if self.lockstep:
             apply_fsdp2(model)
         super().__init__(model, train, algo, temperature, pad_id)
@@ -125,7 +148,7 @@ class ShardedLearner(LocalLearner):
     def update(self, trajs: list[Trajectory], version: int, loss_keep: list[bool] | None = None) -> dict[str, float]:
         """`Learner.update` (`ulorl.learners.base`); every rank must pass the same `trajs`."""
         adv = self.advantages(trajs)
-        mine = shard_groups(trajs, self.world)[self.rank]
+        mine = shard_groups(trajs, self.dp_world)[self.dp_rank]  # a sequence-parallel group shares its shard
         self._filler = trajs[0] if trajs else None
         keep = [loss_keep[i] for i in mine] if loss_keep else None
         m = self.update_on([trajs[i] for i in mine], adv[torch.tensor(mine, dtype=torch.long)], version, keep)
@@ -133,7 +156,11 @@ class ShardedLearner(LocalLearner):
 
     def micro_batches(self, trajs: list[Trajectory], advantages: torch.Tensor, version: int,
                       loss_keep: list[bool] | None) -> list[MicroBatch]:
-        mbs = super().micro_batches(trajs, advantages, version, loss_keep)
+        if self.sp > 1:  # one sample per micro-batch, split over the group's ranks in `forward`
+            mbs = [self._on_device(mb) for mb in make_micro_batches(trajs, advantages, version, self.pad_id, 1,
+                                                                    loss_keep, packed=True)]
+        else:
+            mbs = super().micro_batches(trajs, advantages, version, loss_keep)
         if not self.lockstep:
             return mbs
         n = int(self._reduce(torch.tensor([len(mbs)], dtype=torch.float64), dist.ReduceOp.MAX)[0])
@@ -144,6 +171,32 @@ class ShardedLearner(LocalLearner):
                 for _ in range(n - len(mbs))]
         return mbs + fill  # zero tokens: no loss, no gradient, same passes
 
+    # -- sequence parallelism: this rank's positions of the one sample ---------------------------
+    def forward(self, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
+        """`LocalLearner.forward`; with `train.sequence_parallel` R > 1 the backbone and the head run on this
+        rank's `ceil(S / R)` positions (`ulorl.distributed.sequence_parallel`) and the `(1, T)` log-probs and
+        entropies of the whole sample are gathered, the same on every rank of the group."""
+        if self.sp == 1:
+            return super().forward(mb)
+        mb = self._on_device(mb)
+        if mb.input_ids.shape[0] != 1 or (mb.attention_mask is not None and not bool(mb.attention_mask.all())):
+            raise ValueError("sequence parallelism takes micro-batches of one unpadded sample")
+        S = mb.input_ids.shape[1]
+        s = shard_bounds(S, self.sp)
+        lo = self.sp_rank * s
+        ids = torch.nn.functional.pad(mb.input_ids, (0, s * self.sp - S), value=self.pad_id)[:, lo : lo + s]
+        pos = torch.arange(lo, lo + s, device=ids.device)[None]
+        hidden = self.body(dataclasses.replace(mb, input_ids=ids, attention_mask=None, position_ids=pos))[0]
+        cols = mb.hidden_cols
+        sizes = [int(((cols >= k * s) & (cols < (k + 1) * s)).sum()) for k in range(self.sp)]
+        mine = (cols >= lo) & (cols < lo + s)
+        lp, ent = self.head_flat(hidden[cols[mine] - lo], mb.targets[mine])
+        if not sizes[self.sp_rank]:  # no response token here: backward must still reach this shard's backbone
+            lp = lp + hidden.sum() * 0
+        lp = gather_shards(lp, sizes, self.sp_rank, self.sp_group)
+        ent = gather_shards(ent, sizes, self.sp_rank, self.sp_group)
+        return self.to_response_layout(mb, lp, ent)
+
     # -- reductions over ranks -------------------------------------------------------------------
     def _reduce(self, x: torch.Tensor, op=dist.ReduceOp.SUM) -> torch.Tensor:
         y = x.to(self._comm_device).clone()
@@ -151,7 +204,7 @@ class ShardedLearner(LocalLearner):
         return y.cpu()
 
     def _global_sum(self, x: torch.Tensor) -> torch.Tensor:
-        return self._reduce(x)
+        return self._reduce(x) / self.sp  # the ranks of a sequence-parallel group count the same samples
 
     def _all_finite(self, finite: bool) -> bool:
         return bool(self._reduce(torch.tensor([float(finite)]), dist.ReduceOp.MIN)[0] == 1.0)
@@ -196,7 +249,8 @@ class ShardedLearner(LocalLearner):
 
     def _merge_metrics(self, acc: dict[str, float]) -> dict[str, float]:
         parts: list[dict] = [{} for _ in range(self.world)]
-        dist.all_gather_object(parts, acc, group=self.group)
+        # the ranks of a sequence-parallel group hold the same sums: one of them speaks for the group
+        dist.all_gather_object(parts, acc if self.sp_rank == 0 else {}, group=self.group)
         out: dict[str, float] = {}
         for part in parts:
             for k, v in part.items():
