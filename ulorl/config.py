@@ -324,6 +324,10 @@ class RunConfig:
                 f"algo.is_mode=tois is true on-policy training and needs rollout.num_segments=1 "
                 f"(got {self.rollout.num_segments}); use pois or sais with segments"
             )
+        sp, procs = self.train.sequence_parallel, self.distributed.learner_procs
+        if sp > 1 and procs % sp:
+            raise ConfigError(f"train.sequence_parallel={sp} splits each sample over that many learner ranks: it must "
+                              f"divide distributed.learner_procs={procs} (distributed.backend=ray)")
         if self.train.learner_device and self.train.pipeline != PipelineMode.OVERLAP:
             raise ConfigError(f"train.learner_device={self.train.learner_device} places the learner process of "
                               "train.pipeline=overlap; with train.pipeline=sync the learner runs on train.device")

@@ -28,6 +28,10 @@ def test_defaults_are_one_local_process():
     (["distributed.backend=ray", "distributed.ray_address=auto", "distributed.num_cpus=4"],
      "distributed.num_cpus sizes a local Ray cluster"),
     (["distributed.workers=2"], "unknown config key distributed.workers"),
+    (["train.sequence_parallel=2"], "must divide distributed.learner_procs=1 (distributed.backend=ray)"),
+    (["distributed.backend=ray", "distributed.learner_procs=6", "train.sequence_parallel=4"],
+     "must divide distributed.learner_procs=6"),
+    (["train.sequence_parallel=0"], "train.sequence_parallel=0 must be > 0"),
 ])
 def test_bad_values_name_the_key(overrides, message):
     with pytest.raises(ConfigError) as e:
