@@ -66,22 +66,20 @@ class Probe:
                 self._in_gen = False
 
         s.engine.generate = generate
-        if hasattr(s.engine, "decoder"):
-            self._wrap_decoder(s.engine.decoder)
+        if hasattr(s.engine, "runner"):
+            self._wrap_runner(s.engine.runner)
         else:
             s.model.register_forward_pre_hook(self._pre, with_kwargs=True)
             s.model.register_forward_hook(self._post, with_kwargs=True)
 
-    def _wrap_decoder(self, dec) -> None:
-        dec.prefill = self._timed(dec.prefill, "prefill_fwd", lambda cache, seqs, slots: {
+    def _wrap_runner(self, run) -> None:
+        run.prefill = self._timed(run.prefill, "prefill_fwd", lambda cache, seqs, tables: {
             "prefill_tokens": sum(map(len, seqs)), "prefill_sq": sum(len(x) ** 2 for x in seqs)})
-        from ulorl.rollout.engines.decoder import split_long_rows
 
-        def reads(cache, tokens, ctx):  # the positions the decode attention reads (rows alone + the batched span)
-            alone, span = split_long_rows(ctx, dec.call_cost)
-            return {"ctx_sum": sum(ctx[i] + 1 for i in alone) + len(ctx) * span}
+        def reads(cache, tokens, pos, block, plan):  # the positions the decode attention reads (each row's own)
+            return {"ctx_sum": int(pos.sum()) + len(pos)}
 
-        dec.decode = self._timed(dec.decode, "decode_fwd", reads)
+        run.decode = self._timed(run.decode, "decode_fwd", reads)
 
     def _wrap(self, obj, name: str, phase: str) -> None:
         counts = {"reward": lambda texts, *a, **k: {"finished": len(texts)},  # one text per finished sample

@@ -40,7 +40,7 @@ CONFIG_MAY_IMPORT = ("ulorl", "ulorl.errors", *CONFIG_MODULES, "ulorl.algo", "ul
 UPPER_LAYERS = ("ulorl.trainer", "ulorl.session", "ulorl.learners", "ulorl.recipe", "ulorl.checkpoint", "ulorl.cli",
                 "ulorl.api",
                 "ulorl.sft", "ulorl.plan", "ulorl.models", "ulorl.rollout.segment", "ulorl.rollout.pools",
-                "ulorl.rollout.engines.hf", "ulorl.rollout.engines.torch_engine", "ulorl.rollout.engines.vllm",
+                "ulorl.rollout.engines.hf", "ulorl.rollout.engines.torch.engine", "ulorl.rollout.engines.vllm",
                 "ulorl.distributed.placement", "ulorl.distributed.ray_engine", "ulorl.distributed.ray_learner",
                 "ulorl.distributed.sharded_learner", "ulorl.reward.manager", "ulorl.reward.pool", "ulorl.reward.rule",
                 "ulorl.reward.terms", "ulorl.evaluation.evaluator", "ulorl.evaluation.cli", "ulorl.data.loaders",

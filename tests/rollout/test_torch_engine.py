@@ -1,5 +1,8 @@
 """The torch engine (default): the engine contract, continuous batching, the KV budget.
 
+Paged-cache behaviour (preemption, shared prompts, the block manager, the split-K attention) is in
+`test_paged_cache.py`.
+
 Reference values come from other code paths: the learner's own log-prob computation
 (`LocalLearner.forward` on the full sequence), the HF engine (greedy tokens) and plain
 `torch.argmax` / `topk` over the model's logits.
@@ -14,8 +17,8 @@ from ulorl.config import AlgoConfig, TrainConfig
 from ulorl.learners.local import LocalLearner, make_micro_batches
 from ulorl.models import load_model, load_tokenizer
 from ulorl.rollout.engines import HFEngine, SamplingParams, TorchEngine
-from ulorl.rollout.engines.decoder import SlotDecoder, UnsupportedModelError, split_long_rows
-from ulorl.rollout.engines.kv_cache import KVCacheBudgetError, SlotKVCache
+from ulorl.rollout.engines.torch.kv_cache import KVCacheBudgetError
+from ulorl.rollout.engines.torch.runner import UnsupportedModelError
 from ulorl.trajectory import Trajectory
 
 T = 0.7
@@ -62,7 +65,7 @@ def test_logprobs_equal_the_learner_at_every_position_including_continued_segmen
     # (on the shaken model below, float32 rounding is amplified: the HF engine and this one both differ from the
     # learner by ~2e-5 there, identically)
     tok, model = fresh
-    eng = TorchEngine(model, [tok.eos_token_id], max_batch=3)  # 7 prefixes through 3 slots: slots are reused
+    eng = TorchEngine(model, [tok.eos_token_id], max_batch=3, block_size=4)  # 7 prefixes through 3 rows: blocks reused
     params = SamplingParams(temperature=T, top_k=20, top_p=0.9)  # behaviour log-probs are taken before filtering
     prefixes = _prefixes(7)
     first = eng.generate(prefixes, 12, params, seed=3)
@@ -81,17 +84,17 @@ def test_logprobs_equal_the_learner_at_every_position_including_continued_segmen
     assert checked >= 7 * 13  # every row decoded its first segment and part of a second one
 
 
-def test_greedy_matches_the_hf_engine_and_does_not_depend_on_the_number_of_slots(tiny):
-    """Slot reuse and the compaction of live rows (moving K/V between slots) must not change any output."""
+def test_greedy_matches_the_hf_engine_and_does_not_depend_on_the_number_of_rows(tiny):
+    """Block reuse and rows admitted as others finish must not change any output."""
     tok, model = tiny
-    eos = list(range(400, 450))  # rows end at different times, so slots free up mid-run
+    eos = list(range(400, 450))  # rows end at different times, so rows and blocks free up mid-run
     prefixes = _prefixes(9)
     greedy = SamplingParams(greedy=True)
     ref = HFEngine(model, tok.pad_token_id, eos).generate(prefixes, 20, greedy)
     assert len({len(o.tokens) for o in ref}) > 2  # the test needs rows that finish at different steps
-    for slots in (1, 2, 4, 16):
-        outs = TorchEngine(model, eos, max_batch=slots).generate(prefixes, 20, greedy)
-        assert [o.tokens for o in outs] == [o.tokens for o in ref], slots
+    for rows in (1, 2, 4, 16):
+        outs = TorchEngine(model, eos, max_batch=rows, block_size=4).generate(prefixes, 20, greedy)
+        assert [o.tokens for o in outs] == [o.tokens for o in ref], rows
         assert [o.eos for o in outs] == [o.eos for o in ref]
 
 
@@ -149,7 +152,7 @@ def test_prefill_is_packed_and_counted(tiny):
     eng.generate(prefixes, 4, SamplingParams(), seed=0)
     assert eng.stats.prefill_tokens == eng.stats.prefill_padded_tokens == real
     assert eng.stats.useful_tokens == 8 * 4
-    assert eng.cache.slots == 3  # never more slots than max_batch
+    assert eng.stats.extra["peak_blocks"] <= 3  # 3 rows at most (max_batch), each of <= 29 tokens: one block of 32
     hf = HFEngine(model, tok.pad_token_id, [10_000], max_batch=3)
     hf.generate(prefixes, 4, SamplingParams(), seed=0)
     # hf pads each chunk of 3 to its longest prefix
@@ -159,13 +162,16 @@ def test_prefill_is_packed_and_counted(tiny):
 
 def test_kv_budget_is_checked_before_allocating(tiny):
     tok, model = tiny
-    # tiny model: 3 layers x 2 KV heads x 32 dims x (K, V) x 4 bytes = 1536 bytes per token
-    eng = TorchEngine(model, [tok.eos_token_id], max_batch=64, kv_cache_gib=1536 * 64 * 1000 / 1024**3)
-    with pytest.raises(KVCacheBudgetError, match=r"rollout\.kv_cache_gib.*rollout\.max_batch"):
-        eng.reserve(64, 1001)  # one token over the budget
+    # tiny model: 3 layers x 2 KV heads x 32 dims x (K, V) x 4 bytes = 1536 bytes per token; blocks of 32 tokens:
+    # a budget of 1536 x 32 x 31 bytes holds 31 blocks = 992 tokens
+    eng = TorchEngine(model, [tok.eos_token_id], max_batch=64, kv_cache_gib=1536 * 32 * 31 / 1024**3, block_size=32)
+    with pytest.raises(KVCacheBudgetError, match=r"rollout\.kv_cache_gib.*rollout\.max_response_len"):
+        eng.reserve(64, 993)  # one sequence of 993 tokens needs 32 blocks
     assert eng.cache is None  # nothing was allocated
-    eng.reserve(64, 1000)  # exactly the budget fits
-    assert eng.cache.slots == 64 and eng.cache.nbytes == 1536 * 64 * 1000
+    with pytest.raises(KVCacheBudgetError):
+        eng.generate([[5] * 10], 983, SamplingParams())
+    eng.reserve(64, 992)  # exactly the budget fits one sequence; 64 rows are not reserved up front
+    assert eng.cache.num_blocks == 31 and eng.cache.nbytes == 1536 * 32 * 31
 
 
 def test_weights_are_shared_or_synced(tiny, tiny_model_dir):
@@ -188,48 +194,3 @@ def test_an_unsupported_architecture_gets_a_clear_error():
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=50, n_positions=32))
     with pytest.raises(UnsupportedModelError, match="rollout.engine=hf"):
         TorchEngine(model, [1])
-
-
-def test_split_long_rows_by_hand():
-    ctx = [10, 1000, 20, 30]  # attention lengths 11, 1001, 21, 31
-    # one batched call: 4 x 1001 = 4004; the long row alone: 1001 + 256 + 4 x 31 = 1381; two alone: 1628
-    assert split_long_rows(ctx, call_cost=256) == ([1], 31)
-    # calls for free: every row alone (1064 < 1097 for three alone < 1116 < 1125 < 4004)
-    assert split_long_rows(ctx, call_cost=0) == ([1, 3, 2, 0], 0)
-    assert split_long_rows(ctx, call_cost=float("inf")) == ([], 1001)
-    assert split_long_rows([50] * 8, call_cost=0) == ([], 51)  # equal rows: nothing to gain
-    assert split_long_rows(ctx, call_cost=0, max_alone=2) == ([1, 3], 21)  # 2 x at most: 1001 + 31 + 4 x 21
-
-
-def test_call_cost_follows_the_device():
-    from ulorl.rollout.engines.decoder import CALL_COSTS, call_cost_for
-
-    assert call_cost_for(torch.device("cpu")) == CALL_COSTS["cpu"] == 256
-    # on an accelerator one more kernel launch costs far more than reading a row's K/V: 512 rows of spread
-    # lengths run alone on the CPU, in one batched call on CUDA
-    ctx = [20 + (i * 997) % 1004 for i in range(512)]
-    assert len(split_long_rows(ctx, call_cost_for(torch.device("cpu")))[0]) == 512
-    assert split_long_rows(ctx, call_cost_for(torch.device("cuda")))[0] == []
-    assert call_cost_for(torch.device("meta")) == CALL_COSTS["cuda"]
-
-
-@pytest.mark.parametrize("call_cost", [0.0, 256.0])
-def test_rows_attending_alone_give_the_batched_logits(tiny, call_cost):
-    """Splitting the decode attention by row length is a schedule, not a different function."""
-    _, model = tiny
-    dec = SlotDecoder(model)
-    lens = [3, 300, 17, 5, 120, 40]
-    seqs = [[5 + (i * 11 + j) % 60 for j in range(n)] for i, n in enumerate(lens)]
-    out = {}
-    for cost in (float("inf"), call_cost):
-        cache = SlotKVCache(dec.kv_shape(), len(seqs), 512, dec.device, 1.0)
-        dec.call_cost = cost
-        with torch.no_grad():
-            dec.prefill(cache, seqs, list(range(len(seqs))))
-            tokens = torch.tensor([7, 8, 9, 10, 11, 12])
-            first = dec.decode(cache, tokens, lens)
-            second = dec.decode(cache, tokens + 1, [n + 1 for n in lens])
-        out[cost] = torch.cat([first, second])
-    assert split_long_rows(lens, call_cost)[0]  # the case under test does split
-    diff = (out[call_cost] - out[float("inf")]).abs().max()
-    assert diff < 1e-5 * out[call_cost].abs().max(), diff  # float32 rounding, relative to logits of ~10

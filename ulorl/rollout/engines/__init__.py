@@ -10,7 +10,7 @@ _EXPORTS = {
     "GenerationOutput": "base",
     "HFEngine": "hf",
     "SamplingParams": "base",
-    "TorchEngine": "torch_engine",
+    "TorchEngine": "torch",
 }
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
 __all__ = sorted(_EXPORTS)

@@ -17,7 +17,7 @@ import torch
 from transformers import DynamicCache, PreTrainedModel
 
 from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams, check_prefixes, load_weights
-from ulorl.rollout.engines.token_sampling import sample_tokens
+from ulorl.rollout.engines.torch.sampler import sample_tokens
 
 
 class HFEngine:
@@ -82,7 +82,7 @@ class HFEngine:
         rows = torch.arange(B, device=device)  # original row of each live batch row
         eos_ids = self.eos_ids.to(device)
         for t in range(max_new_tokens):
-            tok, lp = sample_tokens(logits, params, gen)
+            tok, lp = sample_tokens(logits, params, generator=gen)
             tokens[rows, t] = tok
             logps[rows, t] = lp
             n_new[rows] += 1

@@ -16,15 +16,19 @@ from ulorl.rollout.engines.base import Engine
 class EngineName(str, Enum):
     """`rollout.engine`: the keys of `ENGINES`."""
 
-    TORCH = "torch"  # default: continuous batching over a slot KV cache, CPU and CUDA (torch_engine.py)
+    TORCH = "torch"  # default: continuous batching over a paged KV cache, CPU and CUDA (torch/)
     HF = "hf"  # transformers' generate-style loop: any causal LM, slower at long outputs (hf.py)
     VLLM = "vllm"  # GPU (vllm.py)
 
 
 def _torch(model, tokenizer, eos_ids: list[int], **kw) -> Engine:
-    from ulorl.rollout.engines.torch_engine import TorchEngine
+    import torch
 
-    return TorchEngine(model, eos_ids, max_batch=kw.get("max_batch", 256), kv_cache_gib=kw.get("kv_cache_gib", 4.0))
+    from ulorl.rollout.engines.torch import TorchEngine
+
+    dtype = kw.get("dtype")
+    return TorchEngine(model, eos_ids, max_batch=kw.get("max_batch", 256), kv_cache_gib=kw.get("kv_cache_gib", 4.0),
+                       dtype=None if dtype in (None, "auto") else getattr(torch, dtype))
 
 
 def _hf(model, tokenizer, eos_ids: list[int], **kw) -> Engine:
@@ -50,7 +54,8 @@ def build_engine(name: str, model, tokenizer, eos_ids: list[int], **kw) -> Engin
     """The engine `name` (an `EngineName` value) over `model`; `eos_ids` end a sample (an id outside the vocabulary:
     never stops early). An unknown name raises `ConfigError` listing the valid ones.
 
-    Keywords, each read by the engines that use it: `max_batch`, `kv_cache_gib` (torch), `pad_id` (hf; default
+    Keywords, each read by the engines that use it: `max_batch`, `kv_cache_gib`, `dtype` (torch: "auto" or
+    None for the model's, or a torch dtype name such as "bfloat16"), `pad_id` (hf; default
     `tokenizer.pad_token_id`, so `tokenizer` may be None when it is given), `model_path`, `vllm`, `model_cfg`,
     `seed` (vllm).
     """

@@ -1,0 +1,160 @@
+"""The paged KV cache: block manager by hand, the split-K decode attention against per-row SDPA, preemption
+and shared prompts against unconstrained runs, per-row sampling streams."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from ulorl.models import load_model
+from ulorl.rollout.engines import SamplingParams, TorchEngine
+from ulorl.rollout.engines.torch.attention import build_decode_plan, paged_decode_attention
+from ulorl.rollout.engines.torch.block_manager import FREE, BlockManager
+from ulorl.rollout.engines.torch.sampler import row_uniforms, sample_tokens
+
+from test_torch_engine import T, _learner_logprobs, _prefixes
+
+BYTES_PER_TOKEN = 1536  # the tiny model: 3 layers x 2 KV heads x 32 dims x (K, V) x 4 bytes
+
+
+def _gib(blocks: int, block_size: int) -> float:
+    return blocks * block_size * BYTES_PER_TOKEN / 1024**3
+
+
+@pytest.fixture(scope="module")
+def shaken(tiny_model_dir):
+    model = load_model(str(tiny_model_dir))
+    gen = torch.Generator().manual_seed(0)
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(torch.randn(p.shape, generator=gen) * 0.3)
+    return model
+
+
+def test_block_manager_by_hand():
+    bm = BlockManager(6, 4)
+    a = bm.allocate(3, uid=7)
+    b = bm.allocate(2, uid=8)
+    assert (a, b) == ([0, 1, 2], [3, 4]) and bm.num_free == 1 and bm.high_water == 5
+    assert bm.owner.tolist() == [7, 7, 7, 8, 8, FREE]
+    bm.share(a[:2])  # a second holder of blocks 0 and 1: shared, no single owner
+    assert bm.owner.tolist()[:3] == [FREE, FREE, 7] and bm.refs[:3] == [2, 2, 1]
+    bm.release(a, uid=7)  # block 2 is free again; 0 and 1 still have one holder
+    assert bm.num_free == 2 and bm.refs[:3] == [1, 1, 0]
+    assert bm.allocate(1, uid=9) == [2]  # the lowest free block first
+    bm.release(b, uid=8)
+    assert bm.high_water == 3  # blocks 3 and 4 were the top ones
+    with pytest.raises(MemoryError):
+        bm.allocate(4, uid=10)  # 3 free
+
+
+def test_split_k_decode_attention_equals_sdpa_per_row():
+    """Loop version (SDPA over each row's gathered context) against the one-call split-K version, with shared
+    blocks, free blocks in the pool and partial last blocks."""
+    torch.manual_seed(0)
+    hk, g, d, bs, nb = 2, 2, 8, 4, 12
+    kp, vp = torch.randn(nb, hk, bs, d), torch.randn(nb, hk, bs, d)
+    # row 0: shared block 5, own blocks 0, 3 (context 4 + 4 + 2 = 10); row 1: shared 5, own 2 (4 + 1 = 5);
+    # row 2: own 7, 1, 8 (4 + 4 + 3 = 11); blocks 4, 6, 9.. are free
+    tables = [[5, 0, 3], [5, 2], [7, 1, 8]]
+    ctx = [10, 5, 11]
+    shared = [1, 1, 0]
+    owner = torch.full((nb,), 3)
+    for r, t in enumerate(tables):
+        owner[t[shared[r]:]] = r
+    last_block = torch.tensor([t[-1] for t in tables])
+    last_fill = torch.tensor([c - (len(t) - 1) * bs for c, t in zip(ctx, tables)])
+    srows = torch.tensor([r for r in range(3) for _ in range(shared[r])])
+    sblocks = torch.tensor([t[i] for r, t in enumerate(tables) for i in range(shared[r])])
+    plan = build_decode_plan(3, owner[:10], last_block, last_fill, bs, torch.float32, srows, sblocks)
+    q = torch.randn(3, hk, g, d)
+    got = paged_decode_attention(q, kp, vp, plan, 0.3)
+    for r, t in enumerate(tables):
+        k = kp[t].transpose(0, 1).reshape(hk, -1, d)[:, : ctx[r]]
+        v = vp[t].transpose(0, 1).reshape(hk, -1, d)[:, : ctx[r]]
+        want = F.scaled_dot_product_attention(q[r], k, v, scale=0.3)  # (hk, g, d)
+        assert torch.allclose(got[r], want, atol=1e-6), r
+
+
+def test_row_streams_are_deterministic_and_uniform():
+    rows, steps = torch.arange(4000) % 40, torch.arange(4000) // 40
+    u = row_uniforms(11, rows, steps)
+    assert torch.equal(u, row_uniforms(11, rows, steps)) and not torch.equal(u, row_uniforms(12, rows, steps))
+    assert 0 <= u.min() and u.max() < 1
+    assert abs(u.mean().item() - 0.5) < 0.02 and len(set(u.tolist())) == 4000
+    # the same (row, step) pair gives the same number whatever the other rows are
+    assert u[123] == row_uniforms(11, rows[123:124], steps[123:124])[0]
+
+
+def test_inverse_cdf_sampling_by_hand():
+    # probabilities softmax([0, log 3]) = (0.25, 0.75): u < 0.25 picks token 0, otherwise token 1
+    logits = torch.tensor([[0.0, torch.log(torch.tensor(3.0)).item()]] * 3)
+    tok, lp = sample_tokens(logits, SamplingParams(temperature=1.0), torch.tensor([0.1, 0.3, 0.999], dtype=torch.float64))
+    assert tok.tolist() == [0, 1, 1]
+    assert torch.allclose(lp, torch.log(torch.tensor([0.25, 0.75, 0.75])))
+    # a filtered-out token is never chosen, even by u close to 1 (top-k 1 keeps the argmax, token 1)
+    tok, _ = sample_tokens(logits[:, [1, 0]], SamplingParams(temperature=1.0, top_k=1),
+                           torch.tensor([0.0, 0.5, 1 - 1e-16], dtype=torch.float64))
+    assert tok.tolist() == [0, 0, 0]
+
+
+def test_preempted_rows_give_the_unconstrained_output(shaken):
+    """A pool too small for all rows at once: the newest rows are preempted and resumed, and the output is the
+    output of a pool that never runs out."""
+    eos = [10_000]  # never sampled: every row grows to 40 new tokens
+    prefixes = _prefixes(8)
+    params = SamplingParams(temperature=1.0)
+    big = TorchEngine(shaken, eos, block_size=4)
+    small = TorchEngine(shaken, eos, block_size=4, kv_cache_gib=_gib(24, 4))  # 96 tokens; one row: <= 25 + 40
+    a = big.generate(prefixes, 40, params, seed=5)
+    b = small.generate(prefixes, 40, params, seed=5)
+    assert small.stats.extra.get("preemptions", 0) > 0 and "preemptions" not in big.stats.extra
+    assert [o.tokens for o in a] == [o.tokens for o in b]
+    assert [o.eos for o in a] == [o.eos for o in b]
+    # a resumed row's context is recomputed by a prefill instead of step-by-step decodes: float32 rounding,
+    # amplified by the shaken weights (the fresh model's 1e-5 contract against the learner: the test below)
+    for x, y in zip(a, b):
+        assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4, rtol=0)
+    assert small.blocks.num_free == small.blocks.num_blocks  # every block is back
+
+
+def test_preempted_and_continued_rows_match_the_learner(fresh):
+    """The float32 contract (1e-5 against the learner) holds for rows that were preempted mid-segment and then
+    continued in a second segment."""
+    tok, model = fresh
+    eng = TorchEngine(model, [tok.eos_token_id], block_size=4, kv_cache_gib=_gib(20, 4))
+    params = SamplingParams(temperature=T, top_k=20, top_p=0.9)
+    prefixes = _prefixes(6)
+    first = eng.generate(prefixes, 14, params, seed=3)
+    assert eng.stats.extra.get("preemptions", 0) > 0
+    cont = [p + o.tokens for p, o in zip(prefixes, first) if not o.eos]
+    second = iter(eng.generate(cont, 10, params, seed=4))
+    for p, o in zip(prefixes, first):
+        segs = [(o.tokens, o.logprobs)] + ([] if o.eos else [(lambda o2: (o2.tokens, o2.logprobs))(next(second))])
+        learner, engine = _learner_logprobs(model, tok, p, segs)
+        assert torch.allclose(learner, engine, atol=1e-5, rtol=0), (learner - engine).abs().max()
+
+
+@pytest.fixture(scope="module")
+def fresh(tiny_model_dir):
+    from ulorl.models import load_tokenizer
+
+    return load_tokenizer(str(tiny_model_dir)), load_model(str(tiny_model_dir))
+
+
+def test_a_groups_prompt_is_prefilled_once_and_shared(shaken):
+    eos = list(range(400, 450))
+    prompt = [5 + (j * 7) % 40 for j in range(11)]  # 11 tokens, blocks of 4: 2 full blocks shared, 3 in the last
+    prefixes = [prompt] * 4 + [_prefixes(3)[2]]
+    params = SamplingParams(temperature=1.0)
+    grouped = TorchEngine(shaken, eos, block_size=4)
+    alone = TorchEngine(shaken, eos, block_size=4, max_batch=1)  # one row at a time: nothing to share
+    a = grouped.generate(prefixes, 12, params, seed=9)
+    b = alone.generate(prefixes, 12, params, seed=9)
+    assert grouped.stats.prefill_tokens == 11 + len(prefixes[-1])
+    assert alone.stats.prefill_tokens == 4 * 11 + len(prefixes[-1])
+    assert [o.tokens for o in a] == [o.tokens for o in b]
+    assert len({tuple(o.tokens) for o in a[:4]}) > 1  # the samples differ: each has its own stream
+    for x, y in zip(a, b):  # the shared prompt's K/V come from one prefill instead of four: float32 rounding
+        assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4, rtol=0)

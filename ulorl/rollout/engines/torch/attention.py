@@ -1,0 +1,141 @@
+"""Attention over the paged KV cache: one ragged call per layer for decode, packed causal attention for prefill.
+
+Decode (`paged_decode_attention`) is split-K attention over blocks, as PagedAttention v2 / flash-decoding do:
+every block of the pool below the block manager's high-water mark is one batch entry of a single attention
+call, whose query is that block's owner row's query; the call returns each block's partial output and its
+log-sum-exp, and `merge_partials` combines the blocks of a row into its exact softmax over its whole context.
+No K/V is copied or gathered for blocks a row holds alone (the pool itself is the call's K/V); a row reads
+only its own blocks, a free block costs one masked entry. Prompt blocks shared by the samples of a group are
+read through a second, gathered call (they are few: the full blocks of the prompts).
+
+Measured against the alternatives that ship with torch 2.13 on this CPU (docs/benchmarks.md, "paged KV
+cache"): `torch.nn.attention.varlen.varlen_attn` (with or without `block_table`) has no CPU kernel (it calls
+flash attention's CUDA op); SDPA per row over its gathered blocks costs 3-5x the slot engine's per-row views
+(the gather copies the context every layer); the split-K call runs at the slot engine's speed or better at
+64 and 256 rows. On CPU the call is `_scaled_dot_product_flash_attention_for_cpu`, the kernel behind
+`F.scaled_dot_product_attention` there, which also returns the log-sum-exp; elsewhere an explicit
+matmul-softmax-matmul (device-generic, float32 softmax).
+
+GQA: the G query heads of one KV head act as G queries of that head, so K/V are never repeated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+
+@dataclass
+class DecodePlan:
+    """Which rows read which blocks in one decode step (shared by every layer of the step).
+
+    owner: `(W,)` long, for each pool block below the high-water mark W, the row that holds it alone, or n
+        (no row: a free block, or a shared one, read through `shared_*`).
+    mask: `(W, 1, 1, block_size)` additive float mask: 0 on the positions of a block that hold the owner's
+        context (this step's token included), -inf elsewhere (a block with none keeps position 0 open;
+        its partial result gets weight 0 through `empty`).
+    empty: `(W,)` bool, blocks whose partial result is dropped (no owner).
+    shared_rows, shared_blocks: `(S,)` long, (row, full block) pairs of shared prompt blocks.
+    """
+
+    n: int
+    owner: torch.Tensor
+    mask: torch.Tensor
+    empty: torch.Tensor
+    shared_rows: torch.Tensor
+    shared_blocks: torch.Tensor
+
+
+def build_decode_plan(n: int, owner_row: torch.Tensor, last_block: torch.Tensor, last_fill: torch.Tensor,
+                      block_size: int, dtype: torch.dtype, shared_rows: torch.Tensor,
+                      shared_blocks: torch.Tensor) -> DecodePlan:
+    """The plan of a step.
+
+    owner_row: `(W,)` long, the holder row of each block below the high-water mark, or n.
+    last_block, last_fill: `(n,)` long, each row's last block and how many of its positions are filled after this
+        step's write (1..block_size); every other block of a row is full.
+    """
+    fill = torch.where(owner_row < n, block_size, 0)
+    fill[last_block] = last_fill
+    pos = torch.arange(block_size, device=owner_row.device)
+    open_ = pos[None, :] < fill[:, None]
+    empty = fill == 0
+    open_[:, 0] |= empty
+    mask = torch.zeros(open_.shape, dtype=dtype, device=owner_row.device).masked_fill_(~open_, float("-inf"))
+    return DecodePlan(n, owner_row, mask[:, None, None, :], empty, shared_rows, shared_blocks)
+
+
+def attend_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
+                    ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Attention and its log-sum-exp: q `(B, H, Lq, D)`, k/v `(B, H, Lk, D)`, mask `(B, 1, 1, Lk)` additive or None
+    -> output `(B, H, Lq, D)` (q's dtype), lse `(B, H, Lq)` float32."""
+    if q.device.type == "cpu":
+        return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=mask, scale=scale)
+    s = torch.matmul(q, k.transpose(-1, -2)).float() * scale
+    if mask is not None:
+        s = s + mask.float()
+    lse = torch.logsumexp(s, dim=-1)
+    o = torch.matmul(torch.exp(s - lse[..., None]).to(v.dtype), v)
+    return o, lse
+
+
+def merge_partials(o: torch.Tensor, lse: torch.Tensor, row: torch.Tensor, n: int) -> torch.Tensor:
+    """Combine per-block partial results into each row's attention.
+
+    o `(B, H, G, D)`, lse `(B, H, G)` float32 (-inf: dropped), row `(B,)` long in [0, n] (n: dropped) ->
+    `(n, H, G, D)` in o's dtype: `sum_b exp(lse_b - LSE) o_b` with `LSE = logsumexp_b lse_b` over a row's blocks.
+    """
+    m = torch.full((n + 1, *lse.shape[1:]), float("-inf"), device=lse.device)
+    m = m.scatter_reduce(0, row[:, None, None].expand_as(lse), lse, "amax")
+    w = torch.exp(lse - m[row])  # (B, H, G); a dropped block: exp(-inf) = 0
+    w = torch.nan_to_num(w, nan=0.0)  # the unused row n may hold -inf - -inf
+    den = torch.zeros(m.shape, device=lse.device).index_add_(0, row, w)
+    num = torch.zeros((n + 1, *o.shape[1:]), device=o.device).index_add_(0, row, o.float() * w[..., None])
+    return (num[:n] / den[:n, ..., None]).to(o.dtype)
+
+
+def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, plan: DecodePlan,
+                           scale: float) -> torch.Tensor:
+    """One decode step's attention for every row, each over its own blocks.
+
+    q `(n, H_kv, G, D)`; k_pool/v_pool `(num_blocks, H_kv, block_size, D)` -> `(n, H_kv, G, D)`.
+    """
+    w = plan.owner.shape[0]
+    qpad = torch.cat([q, q.new_zeros((1, *q.shape[1:]))])
+    o, lse = attend_with_lse(qpad[plan.owner], k_pool[:w], v_pool[:w], plan.mask, scale)
+    lse = lse.masked_fill(plan.empty[:, None, None], float("-inf"))
+    row = plan.owner
+    if plan.shared_rows.numel():
+        so, slse = attend_with_lse(q[plan.shared_rows], k_pool[plan.shared_blocks], v_pool[plan.shared_blocks],
+                                   None, scale)
+        o, lse, row = torch.cat([o, so]), torch.cat([lse, slse]), torch.cat([row, plan.shared_rows])
+    return merge_partials(o, lse, row, plan.n)
+
+
+def packed_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lens: list[int], scale: float
+                            ) -> torch.Tensor:
+    """Causal attention of sequences packed into one stream, each over itself only.
+
+    q `(N, H, D)`, k/v `(N, H_kv, D)`, lens: the sequences' lengths in stream order (sum N) -> `(N, H, D)`.
+    One SDPA call per group of equal-length sequences (G samples of a prompt are prefilled once, so a group
+    is typically one sequence; no torch kernel for ragged causal attention runs on CPU).
+    """
+    group = q.shape[1] // k.shape[1]
+    offsets, at = [], 0
+    for n in lens:
+        offsets.append(at)
+        at += n
+    by_len: dict[int, list[int]] = {}
+    for i, n in enumerate(lens):
+        by_len.setdefault(n, []).append(offsets[i])
+    out = torch.empty_like(q)
+    for n, starts in by_len.items():
+        idx = torch.tensor(starts, device=q.device)[:, None] + torch.arange(n, device=q.device)  # (n_g, n)
+        kg, vg = k[idx].transpose(1, 2), v[idx].transpose(1, 2)  # (n_g, H_kv, n, D)
+        if group > 1:
+            kg, vg = kg.repeat_interleave(group, dim=1), vg.repeat_interleave(group, dim=1)
+        og = F.scaled_dot_product_attention(q[idx].transpose(1, 2), kg, vg, is_causal=True, scale=scale)
+        out[idx] = og.transpose(1, 2)
+    return out

@@ -1,0 +1,82 @@
+"""Fixed-size KV blocks from one pool: allocation, reference counts, and who owns each block.
+
+A sequence's K/V lives in blocks of `block_size` tokens; its block table (`Sequence.blocks`) lists them in
+order, so token position p sits in block `blocks[p // block_size]` at offset `p % block_size`. The pool has
+`num_blocks` blocks (the `rollout.kv_cache_gib` budget divided by a block's bytes).
+
+- The lowest free block is always handed out first, so the blocks in use stay packed at the bottom of the
+  pool: on CPU the pool's memory is committed by the OS only where it is written (`kv_cache.py`), so the
+  process's memory follows the live blocks, and the decode attention reads the pool only up to
+  `high_water`.
+- A block may be held by several sequences (the G samples of a group share their prompt's full blocks);
+  it is free again when its last holder releases it. Shared blocks are full, hence read-only: a sequence
+  writes only into blocks it holds alone.
+- `owner[b]` is the one sequence holding block b, -1 when b is free or shared (the decode attention's plan,
+  `attention.py`, reads it as a tensor, so it is kept on the cache's device and updated per event).
+"""
+
+from __future__ import annotations
+
+import heapq
+
+import torch
+
+FREE = -1
+
+
+class BlockManager:
+    """Allocation and reference counts over `num_blocks` blocks of `block_size` tokens."""
+
+    def __init__(self, num_blocks: int, block_size: int, device: torch.device | str = "cpu") -> None:
+        if num_blocks < 1 or block_size < 1:
+            raise ValueError(f"num_blocks={num_blocks} and block_size={block_size} must be >= 1")
+        self.num_blocks, self.block_size = num_blocks, block_size
+        self._free = list(range(num_blocks))  # a heap: the lowest free block first
+        self.refs = [0] * num_blocks
+        self.owner = torch.full((num_blocks,), FREE, dtype=torch.long, device=device)
+        self.high_water = 0  # 1 + the highest block ever handed out: blocks [0, high_water) may hold data
+
+    @property
+    def num_free(self) -> int:
+        return len(self._free)
+
+    @property
+    def num_used(self) -> int:
+        return self.num_blocks - len(self._free)
+
+    def blocks_for(self, tokens: int) -> int:
+        """Blocks that hold `tokens` tokens."""
+        return -(-tokens // self.block_size)
+
+    def allocate(self, n: int, uid: int) -> list[int]:
+        """`n` free blocks for sequence `uid` (raises `MemoryError` when fewer are free: callers check first)."""
+        if n > len(self._free):
+            raise MemoryError(f"{n} blocks asked, {len(self._free)} free")
+        got = [heapq.heappop(self._free) for _ in range(n)]
+        for b in got:
+            self.refs[b] = 1
+        if got:
+            self.owner[got] = uid
+            self.high_water = max(self.high_water, got[-1] + 1)
+        return got
+
+    def share(self, blocks: list[int]) -> None:
+        """One more holder for each of `blocks` (full blocks only: nobody writes into a shared block)."""
+        for b in blocks:
+            self.refs[b] += 1
+        if blocks:
+            self.owner[blocks] = FREE
+
+    def release(self, blocks: list[int], uid: int) -> None:
+        """Sequence `uid` no longer holds `blocks`; a block left with one holder is not given back to that holder as
+        its own (it stays marked shared: its remaining holder reads it through the shared path)."""
+        freed = []
+        for b in blocks:
+            self.refs[b] -= 1
+            if self.refs[b] == 0:
+                heapq.heappush(self._free, b)
+                freed.append(b)
+        if freed:
+            self.owner[freed] = FREE
+        while self.high_water and self.refs[self.high_water - 1] == 0:
+            self.high_water -= 1

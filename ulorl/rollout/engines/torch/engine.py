@@ -1,0 +1,104 @@
+"""The torch engine (default): continuous batching over a paged KV cache, in plain PyTorch.
+
+Built for ultra-long outputs, on CPU and CUDA, with no dependency beyond torch and the model's transformers
+modules. One role per file, as in nano-vllm's engine/:
+
+- `sequence.py`: a row's state in one record (prefix, tokens and log-probs so far, block table);
+- `scheduler.py`: admission (rows and blocks), preemption of the newest rows when the pool runs out,
+  retirement, prompt sharing within a group;
+- `block_manager.py` and `kv_cache.py`: fixed-size blocks from one pool bounded by `rollout.kv_cache_gib`,
+  with reference counts; on CPU the pool's memory is committed only where blocks are written;
+- `runner.py` and `attention.py`: packed prefill and one-token decode over the model's own modules, one
+  attention call per layer reading each row's own blocks;
+- `sampler.py`: temperature / top-k / top-p with one random stream per row.
+
+The contract is every engine's (`base.py`): behaviour log-probs are `log_softmax(logits / T)` of the sampled
+token, in float32 from the logits, before top-k/top-p; runs with a seed reproduce (the schedule depends only
+on the inputs, never on timing, and each row's draws only on (seed, row, step)). Weights are the model's own
+parameters when `dtype` is the model's (shared with the learner without a copy), otherwise a copy in `dtype`
+(e.g. bfloat16) that `sync_weights` refreshes.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import torch
+
+from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams, check_prefixes, load_weights
+from ulorl.rollout.engines.torch.block_manager import BlockManager
+from ulorl.rollout.engines.torch.kv_cache import PagedKVCache, check_budget, pool_blocks
+from ulorl.rollout.engines.torch.runner import ModelRunner
+from ulorl.rollout.engines.torch.scheduler import Scheduler
+
+# tokens per KV block by device type: on CPU 32 measured within noise of 64 and 128 for the decode attention
+# (docs/benchmarks.md) with less waste per row; 16 on CUDA as vLLM
+BLOCK_SIZES = {"cpu": 32, "cuda": 16}
+
+
+class TorchEngine:
+    """Continuous-batching engine over a Llama-family transformers model."""
+
+    continuous_batching = True  # see `Engine`: callers may send every prefix in one call
+
+    def __init__(self, model, eos_ids: list[int], max_batch: int = 256, kv_cache_gib: float = 4.0,
+                 prefill_tokens: int = 16384, block_size: int | None = None, dtype: torch.dtype | None = None) -> None:
+        if not eos_ids:
+            raise ValueError("the torch engine needs at least one EOS token id")
+        if max_batch < 1 or prefill_tokens < 1 or not kv_cache_gib > 0 or (block_size is not None and block_size < 1):
+            raise ValueError(f"max_batch={max_batch}, prefill_tokens={prefill_tokens}, kv_cache_gib={kv_cache_gib} "
+                             f"and block_size={block_size} must be positive")
+        own = dtype is None or dtype == model.lm_head.weight.dtype
+        self.model = model if own else copy.deepcopy(model).to(dtype)
+        self.runner = ModelRunner(self.model)
+        self.eos_ids = sorted(set(eos_ids))
+        self.max_batch, self.kv_cache_gib, self.prefill_tokens = max_batch, kv_cache_gib, prefill_tokens
+        self.block_size = block_size or BLOCK_SIZES.get(self.runner.device.type, 16)
+        self.stats = EngineStats()
+        self.cache: PagedKVCache | None = None
+        self.blocks: BlockManager | None = None
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.runner.dtype
+
+    def sync_weights(self, state_dict: dict[str, torch.Tensor]) -> None:
+        load_weights(self.model, state_dict)
+
+    def reserve(self, slots: int, capacity: int) -> None:
+        """Set up the KV pool now and check that one sequence of `capacity` tokens fits the budget (a run calls this
+        at start, so a budget error comes before any work). `slots` is not reserved: rows take blocks as they
+        grow, and more rows than fit at once wait or are preempted."""
+        del slots
+        self._pool_for(capacity)
+
+    def _pool_for(self, tokens: int) -> tuple[PagedKVCache, BlockManager]:
+        shape = self.runner.kv_shape()
+        check_budget(shape, self.block_size, tokens, self.kv_cache_gib)
+        dev = self.runner.device
+        if self.cache is None or not self.cache.fits(shape, self.block_size, dev):
+            self.cache = None  # free the old pool before allocating the new one
+            n = pool_blocks(shape, self.block_size, self.kv_cache_gib)
+            self.cache = PagedKVCache(shape, self.block_size, n, dev)
+            self.blocks = BlockManager(n, self.block_size, dev)
+        return self.cache, self.blocks
+
+    @torch.no_grad()
+    def generate(self, prefixes: list[list[int]], max_new_tokens: int, params: SamplingParams,
+                 seed: int | None = None, progress: Callable[[int], None] | None = None) -> list[GenerationOutput]:
+        """`progress(n)` is called when n rows finish (for a progress bar over a long call)."""
+        check_prefixes(prefixes, max_new_tokens)
+        if not prefixes:
+            return []
+        cache, blocks = self._pool_for(max(len(p) for p in prefixes) + max_new_tokens)
+        if seed is None:
+            seed = int(torch.randint(0, 2**62, ()).item())
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            run = Scheduler(self.runner, cache, blocks, self.stats, prefixes, max_new_tokens, params, seed,
+                            self.eos_ids, self.max_batch, self.prefill_tokens, progress)
+            return run.run()
+        finally:
+            self.model.train(was_training)

@@ -1,0 +1,120 @@
+"""The paged KV cache: one pool of fixed-size blocks per layer, bounded by `rollout.kv_cache_gib`.
+
+Per layer, keys and values are `(num_blocks, H_kv, block_size, D)` tensors (blocks, key/value heads, tokens
+of a block, head size), views of one allocation. Which block belongs to which sequence is the block
+manager's business (`block_manager.py`); this file holds the memory and its budget.
+
+The pool is sized by the budget, not by the batch: `num_blocks = kv_cache_gib / bytes of a block`. On CPU it
+is anonymous memory (`mmap`), which the OS commits page by page when first written, so the process's
+resident memory follows the blocks in use (the block manager hands out the lowest free block first), not
+the budget; never-written memory reads as zeros, so masked positions hold finite values. On an accelerator
+the pool is allocated whole, as vLLM does (its addresses then stay fixed, which CUDA graphs need).
+
+A budget too small for one sequence of the longest length a call asks for stops with an error naming the
+settings before any work, instead of the OS killing the run halfway through.
+"""
+
+from __future__ import annotations
+
+import mmap
+from dataclasses import dataclass
+
+import torch
+
+from ulorl.errors import UlorlError
+
+GIB = 1024**3
+
+
+class KVCacheBudgetError(UlorlError, ValueError):
+    """The KV cache a call needs exceeds the configured budget (a one-line CLI error)."""
+
+
+@dataclass(frozen=True)
+class KVShape:
+    """Per-token KV geometry of a model."""
+
+    num_layers: int
+    num_kv_heads: int
+    head_dim: int
+    dtype: torch.dtype
+
+    @property
+    def bytes_per_token(self) -> int:
+        """Keys + values of one token over all layers."""
+        itemsize = torch.empty((), dtype=self.dtype).element_size()
+        return 2 * self.num_layers * self.num_kv_heads * self.head_dim * itemsize
+
+
+def pool_blocks(shape: KVShape, block_size: int, budget_gib: float) -> int:
+    """How many blocks of `block_size` tokens the budget holds."""
+    return int(budget_gib * GIB // (block_size * shape.bytes_per_token))
+
+
+def check_budget(shape: KVShape, block_size: int, tokens: int, budget_gib: float) -> None:
+    """Raise `KVCacheBudgetError` if one sequence of `tokens` tokens (prefix + new tokens) does not fit the pool."""
+    need = -(-tokens // block_size)
+    have = pool_blocks(shape, block_size, budget_gib)
+    if need > have:
+        gib = need * block_size * shape.bytes_per_token / GIB
+        raise KVCacheBudgetError(
+            f"one sequence of {tokens} tokens (prefix + new tokens) needs {gib:.3f} GiB of KV cache, over the budget "
+            f"rollout.kv_cache_gib={budget_gib:g}; raise rollout.kv_cache_gib if the memory is there, or lower "
+            f"rollout.max_response_len (sequences beyond what fits at once wait, or are preempted and resumed)")
+
+
+def _zeroed(numel: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, object]:
+    """A zero tensor of `numel` elements; on CPU, anonymous memory committed only where it is written."""
+    if device.type != "cpu":
+        return torch.zeros(numel, dtype=dtype, device=device), None
+    itemsize = torch.empty((), dtype=dtype).element_size()
+    buf = mmap.mmap(-1, max(numel * itemsize, 1))
+    return torch.frombuffer(buf, dtype=dtype, count=numel), buf
+
+
+class PagedKVCache:
+    """Keys/values of `num_blocks` blocks of `block_size` tokens, per layer, on one device."""
+
+    def __init__(self, shape: KVShape, block_size: int, num_blocks: int, device: torch.device) -> None:
+        if num_blocks < 1:
+            raise KVCacheBudgetError(f"the KV cache budget holds no block of {block_size} tokens; raise "
+                                     f"rollout.kv_cache_gib")
+        self.shape, self.block_size, self.num_blocks = shape, block_size, num_blocks
+        per = num_blocks * shape.num_kv_heads * block_size * shape.head_dim
+        flat, self._mmap = _zeroed(2 * shape.num_layers * per, shape.dtype, torch.device(device))
+        dims = (num_blocks, shape.num_kv_heads, block_size, shape.head_dim)
+        pools = flat.view(shape.num_layers, 2, *dims)
+        self.k = [pools[i, 0] for i in range(shape.num_layers)]
+        self.v = [pools[i, 1] for i in range(shape.num_layers)]
+
+    @property
+    def device(self) -> torch.device:
+        return self.k[0].device
+
+    @property
+    def block_bytes(self) -> int:
+        """Bytes of one block over all layers, keys and values."""
+        return self.block_size * self.shape.bytes_per_token
+
+    @property
+    def nbytes(self) -> int:
+        """The pool's size (its budget; on CPU, not what is committed)."""
+        return self.num_blocks * self.block_bytes
+
+    def fits(self, shape: KVShape, block_size: int, device: torch.device) -> bool:
+        return self.shape == shape and self.block_size == block_size and self.device == torch.device(device)
+
+    def write(self, layer: int, block: torch.Tensor, offset: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store token i's keys/values `k[i], v[i]` `(N, H_kv, D)` at `(block[i], offset[i])` `(N,)` of `layer`."""
+        self.k[layer][block, :, offset] = k
+        self.v[layer][block, :, offset] = v
+
+    def copy_blocks(self, src: list[int], dst: list[int]) -> None:
+        """Copy blocks `src` into blocks `dst`, every layer (a shared prompt's last, partial block, per sample)."""
+        if not src:
+            return
+        s = torch.tensor(src, device=self.device)
+        d = torch.tensor(dst, device=self.device)
+        for k, v in zip(self.k, self.v):
+            k[d] = k[s]
+            v[d] = v[s]

@@ -1,0 +1,151 @@
+"""The forward pass of a Llama-family decoder over the paged KV cache, in plain PyTorch.
+
+`ModelRunner` runs the model's own modules (embeddings, norms, projections, MLPs, rotary embedding, LM
+head: the *same* parameters the learner trains, so weights are shared without a copy when the engine's
+dtype is the model's) and replaces only the attention bookkeeping:
+
+- `prefill` takes sequences of any lengths packed into one token stream: the linear layers see only real
+  tokens (no padding), attention is causal within each sequence (`attention.packed_causal_attention`), and
+  each token's K/V is written into its block;
+- `decode` advances every live row by one token: the new K/V is written in place at the row's position in
+  its last block, and one attention call per layer reads each row's own blocks
+  (`attention.paged_decode_attention`).
+
+Supported: decoder-only models whose layers follow the Llama pattern (`input_layernorm`,
+`self_attn.{q,k,v,o}_proj`, optional per-head `q_norm`/`k_norm` as in Qwen3, `post_attention_layernorm`,
+`mlp`) with full attention in every layer and rotary positions: llama, mistral (no sliding window), qwen2,
+qwen3. Anything else gets a clear error and can use `rollout.engine=hf`.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+
+from ulorl.errors import UlorlError
+from ulorl.rollout.engines.torch.attention import DecodePlan, packed_causal_attention, paged_decode_attention
+from ulorl.rollout.engines.torch.kv_cache import KVShape, PagedKVCache
+
+SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
+
+
+class UnsupportedModelError(UlorlError, ValueError):
+    """The model's architecture is outside what `ModelRunner` implements (a one-line CLI error)."""
+
+
+def check_supported(model) -> None:
+    """Raise `UnsupportedModelError` naming what is missing."""
+    cfg = model.config
+    mt = getattr(cfg, "model_type", "?")
+    hint = "; use rollout.engine=hf (any transformers causal LM, slower at long outputs) or vllm"
+    if mt not in SUPPORTED_MODEL_TYPES:
+        raise UnsupportedModelError(f"the torch engine supports model types {', '.join(SUPPORTED_MODEL_TYPES)}; "
+                                    f"this model is {mt!r}{hint}")
+    inner = getattr(model, "model", None)
+    for name in ("embed_tokens", "layers", "norm", "rotary_emb"):
+        if not hasattr(inner, name):
+            raise UnsupportedModelError(f"model.model has no {name!r} ({mt}){hint}")
+    kinds = set(getattr(cfg, "layer_types", None) or ["full_attention"])
+    window = getattr(cfg, "sliding_window", None) if getattr(cfg, "use_sliding_window", True) else None
+    if kinds != {"full_attention"} or (mt == "mistral" and window):
+        raise UnsupportedModelError(f"sliding-window attention ({mt}, layer types {sorted(kinds)}) is not "
+                                    f"implemented by the torch engine{hint}")
+
+
+def _norm(module, x: torch.Tensor) -> torch.Tensor:
+    """The model's RMSNorm; in float32 as one fused `F.rms_norm` (same arithmetic as the Llama/Qwen module, which
+    upcasts to float32 anyway, in one op instead of six: the norms are ~15% of a small model's decode step)."""
+    eps = getattr(module, "variance_epsilon", None)
+    if eps is not None and x.dtype == torch.float32 and module.weight.dtype == torch.float32:
+        return F.rms_norm(x, (x.shape[-1],), module.weight, eps)
+    return module(x)
+
+
+def _rotate_half(x: torch.Tensor) -> torch.Tensor:
+    half = x.shape[-1] // 2
+    return torch.cat((-x[..., half:], x[..., :half]), dim=-1)
+
+
+def _rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    """x `(N, heads, D)`, cos/sin `(N, D)`: rotary embedding as in transformers' Llama/Qwen."""
+    return x * cos[:, None] + _rotate_half(x) * sin[:, None]
+
+
+class ModelRunner:
+    """Prefill and decode over a `PagedKVCache` with the modules of a transformers model."""
+
+    def __init__(self, model) -> None:
+        check_supported(model)
+        self.model = model
+        cfg = model.config
+        attn = model.model.layers[0].self_attn
+        self.num_heads, self.num_kv = cfg.num_attention_heads, cfg.num_key_value_heads
+        self.head_dim = attn.head_dim
+        self.group = self.num_heads // self.num_kv
+        self.scale = attn.scaling
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.lm_head.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.lm_head.weight.dtype
+
+    def kv_shape(self) -> KVShape:
+        return KVShape(len(self.model.model.layers), self.num_kv, self.head_dim, self.dtype)
+
+    def _qkv(self, attn, h: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor):
+        """h `(N, hidden)` -> q `(N, H, D)`, k and v `(N, H_kv, D)`, rotary applied to q and k."""
+        n = h.shape[0]
+        q = attn.q_proj(h).view(n, self.num_heads, self.head_dim)
+        k = attn.k_proj(h).view(n, self.num_kv, self.head_dim)
+        v = attn.v_proj(h).view(n, self.num_kv, self.head_dim)
+        if hasattr(attn, "q_norm"):
+            q, k = _norm(attn.q_norm, q), _norm(attn.k_norm, k)
+        return _rope(q, cos, sin), _rope(k, cos, sin), v
+
+    def _embed(self, ids: torch.Tensor, pos: torch.Tensor):
+        x = self.model.model.embed_tokens(ids)  # (N, hidden)
+        cos, sin = self.model.model.rotary_emb(x[None], pos[None])  # (1, N, D) each
+        return x, cos[0].to(x.dtype), sin[0].to(x.dtype)
+
+    def _logits(self, x: torch.Tensor) -> torch.Tensor:
+        return self.model.lm_head(_norm(self.model.model.norm, x))
+
+    def prefill(self, cache: PagedKVCache, seqs: list[list[int]], tables: list[list[int]]) -> torch.Tensor:
+        """Write the K/V of each sequence into its blocks (`tables[i]`, enough for `len(seqs[i])` tokens);
+        return next-token logits `(len(seqs), V)`."""
+        dev, bs = self.device, cache.block_size
+        lens = [len(s) for s in seqs]
+        ids = torch.tensor([t for s in seqs for t in s], device=dev)
+        pos = torch.cat([torch.arange(n, device=dev) for n in lens])
+        block = torch.cat([torch.tensor(t, device=dev)[torch.arange(n, device=dev) // bs] for t, n in zip(tables, lens)])
+        offset = pos % bs
+        x, cos, sin = self._embed(ids, pos)
+        for li, layer in enumerate(self.model.model.layers):
+            attn = layer.self_attn
+            q, k, v = self._qkv(attn, _norm(layer.input_layernorm, x), cos, sin)
+            cache.write(li, block, offset, k, v)
+            out = packed_causal_attention(q, k, v, lens, self.scale)
+            x = x + attn.o_proj(out.reshape(x.shape[0], -1))
+            x = x + layer.mlp(_norm(layer.post_attention_layernorm, x))
+        last = torch.tensor(lens, device=dev).cumsum(0) - 1
+        return self._logits(x[last])
+
+    def decode(self, cache: PagedKVCache, tokens: torch.Tensor, pos: torch.Tensor, block: torch.Tensor,
+               plan: DecodePlan) -> torch.Tensor:
+        """Feed `tokens` `(n,)` at positions `pos` `(n,)` (each row's current length), writing their K/V at
+        `(block, pos % block_size)`; return next-token logits `(n, V)`."""
+        n = tokens.shape[0]
+        offset = pos % cache.block_size
+        x, cos, sin = self._embed(tokens, pos)
+        for li, layer in enumerate(self.model.model.layers):
+            attn = layer.self_attn
+            q, k, v = self._qkv(attn, _norm(layer.input_layernorm, x), cos, sin)
+            cache.write(li, block, offset, k, v)
+            o = paged_decode_attention(q.view(n, self.num_kv, self.group, self.head_dim), cache.k[li], cache.v[li],
+                                       plan, self.scale)
+            x = x + attn.o_proj(o.reshape(n, -1))
+            x = x + layer.mlp(_norm(layer.post_attention_layernorm, x))
+        return self._logits(x)

@@ -1,0 +1,70 @@
+"""Token sampling with temperature, top-k and top-p, vectorised, with one random stream per row.
+
+Each row's random number for its t-th new token is a hash of (call seed, row index, t), not a draw from a
+shared generator, so what a row samples does not depend on which other rows share its batch: a preempted
+and resumed row, a row admitted later, or a different `max_batch` give the same tokens (up to float
+rounding of the logits). The draw is inverse-CDF sampling of the filtered distribution, on the logits'
+device, with no host synchronisation.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from ulorl.rollout.engines.base import SamplingParams
+
+_MASK32 = 0xFFFFFFFF
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer hash (lowbias32), on int64 tensors holding values in [0, 2^32)."""
+    x = x & _MASK32
+    x = ((x ^ (x >> 16)) * 0x7FEB352D) & _MASK32
+    x = ((x ^ (x >> 15)) * 0x846CA68B) & _MASK32
+    return x ^ (x >> 16)
+
+
+def row_uniforms(seed: int, rows: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
+    """Uniform numbers in [0, 1) `(B,)` float64, a function of (seed, rows[i], steps[i]) only (`(B,)` long each)."""
+    h = _mix32(torch.full_like(rows, seed & _MASK32) ^ _mix32(rows + 0x9E3779B9 * ((seed >> 32) & 0xFF)))
+    h = _mix32(h ^ _mix32(steps * 0x632BE5AB + 0x85EBCA6B))
+    lo = _mix32(h + 0x27D4EB2F)
+    return ((h >> 5).double() * 67108864.0 + (lo >> 6).double()) / 9007199254740992.0  # 53 random bits
+
+
+def sample_tokens(logits: torch.Tensor, params: SamplingParams, uniforms: torch.Tensor | None = None,
+                  generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """Sample one token per row.
+
+    Args:
+        logits: `(B, V)` raw next-token logits (any float dtype; computed in float32).
+        uniforms: `(B,)` the rows' random numbers (`row_uniforms`); None: drawn from `generator`.
+    Returns:
+        tokens `(B,)` long, and their behaviour log-probs `(B,)` float32:
+        `log_softmax(logits / temperature)` of the chosen token, before filtering.
+    """
+    scaled = logits.float() / params.temperature
+    logp = torch.log_softmax(scaled, dim=-1)
+    if params.greedy:
+        tok = scaled.argmax(dim=-1)
+        return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
+    filtered = scaled
+    if params.top_k > 0 and params.top_k < scaled.shape[-1]:
+        kth = torch.topk(filtered, params.top_k, dim=-1).values[:, -1:]
+        filtered = filtered.masked_fill(filtered < kth, float("-inf"))
+    if params.top_p < 1.0:
+        sorted_logits, idx = torch.sort(filtered, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # drop a token when the mass strictly before it already reaches top_p
+        drop_sorted = (probs.cumsum(-1) - probs) >= params.top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, idx, drop_sorted)
+        filtered = filtered.masked_fill(drop, float("-inf"))
+    probs = torch.softmax(filtered, dim=-1)
+    if uniforms is None:
+        uniforms = torch.rand(probs.shape[0], generator=generator, dtype=torch.float64, device=probs.device)
+    cdf = probs.double().cumsum(-1)
+    u = uniforms.to(cdf.device)[:, None] * cdf[:, -1:]
+    tok = torch.searchsorted(cdf, u, right=True).squeeze(-1)
+    # a token of probability 0 is never chosen: clamp past the end, then step back over zero-probability tails
+    tok = torch.minimum(tok, (probs > 0).long().cumsum(-1).argmax(-1))
+    return tok, logp.gather(-1, tok[:, None]).squeeze(-1)

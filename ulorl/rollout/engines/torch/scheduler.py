@@ -1,0 +1,216 @@
+"""One `generate` call: the waiting queue, the running rows, admission, preemption and retirement.
+
+Each step samples one token for every running row, retires the rows that finished (EOS or their
+`max_new_tokens`), makes room for the remaining rows' next token, decodes them in one batch, and admits
+waiting sequences while rows and blocks allow. Admission:
+
+- a sequence is admitted when a row is free (`max_batch`) and the pool has the blocks of its context plus
+  one block of headroom per other running row (so an admitted row is not preempted at the next step; a
+  sequence alone always fits, `kv_cache.check_budget`);
+- consecutive fresh sequences with the same prefix (the G samples of a group) are admitted together and
+  their prefix is prefilled once: its full blocks are shared (reference counts), its last, partial block
+  is copied per sample, and the samples start from the same next-token logits;
+- prefill is packed, up to `prefill_tokens` tokens per step (at least one sequence).
+
+Preemption: when the pool cannot hold the next token of every running row, the newest rows are preempted:
+their blocks are freed, and they go back to the front of the queue with their tokens and log-probs so far,
+to be prefilled again (`prefix + tokens`) when blocks free up. Nothing is dropped, and because each row
+samples from its own random stream (`sampler.py`) the tokens are those of an unconstrained run.
+
+The schedule depends only on the inputs (lengths, EOS), never on timing, so seeded runs reproduce.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable
+
+import torch
+
+from ulorl.rollout.engines.base import GenerationOutput, SamplingParams
+from ulorl.rollout.engines.torch.attention import build_decode_plan
+from ulorl.rollout.engines.torch.block_manager import BlockManager
+from ulorl.rollout.engines.torch.kv_cache import PagedKVCache
+from ulorl.rollout.engines.torch.runner import ModelRunner
+from ulorl.rollout.engines.torch.sampler import row_uniforms, sample_tokens
+from ulorl.rollout.engines.torch.sequence import Sequence
+
+
+class Scheduler:
+    """Runs one call to completion over `cache` / `blocks` (both empty at the start and at the end)."""
+
+    def __init__(self, runner: ModelRunner, cache: PagedKVCache, blocks: BlockManager, stats, prefixes: list[list[int]],
+                 max_new: int, params: SamplingParams, seed: int, eos_ids: list[int], max_batch: int,
+                 prefill_tokens: int, progress: Callable[[int], None] | None = None) -> None:
+        self.runner, self.cache, self.blocks, self.stats = runner, cache, blocks, stats
+        self.params, self.seed, self.eos = params, seed, set(eos_ids)
+        self.max_batch, self.prefill_tokens, self.progress = max_batch, prefill_tokens, progress
+        self.seqs = [Sequence(i, list(p), max_new) for i, p in enumerate(prefixes)]
+        self.waiting: deque[Sequence] = deque(self.seqs)
+        self.running: list[Sequence] = []
+        self._shared_pairs: tuple[torch.Tensor, torch.Tensor] | None = None  # cached while `running` is unchanged
+
+    def run(self) -> list[GenerationOutput]:
+        logits = self._admit(None)
+        while self.running:
+            self._sample(logits)
+            self._retire()
+            logits = self._decode() if self.running else None
+            logits = self._admit(logits)
+        return [GenerationOutput(tokens=s.tokens, logprobs=s.logprobs, eos=s.eos, prefill_tokens=len(s.prefix))
+                for s in self.seqs]
+
+    # --- one step -------------------------------------------------------------------------------------------
+
+    def _sample(self, logits: torch.Tensor) -> None:
+        """Sample one token per running row (one host synchronisation for the whole batch)."""
+        dev = logits.device
+        rows = torch.tensor([s.index for s in self.running], device=dev)
+        steps = torch.tensor([len(s.tokens) for s in self.running], device=dev)
+        uniforms = None if self.params.greedy else row_uniforms(self.seed, rows, steps)
+        tok, lp = sample_tokens(logits, self.params, uniforms)
+        pairs = torch.stack([tok.double(), lp.double()], dim=1).tolist()
+        for s, (t, p) in zip(self.running, pairs):
+            s.tokens.append(int(t))
+            s.logprobs.append(p)
+            s.eos = int(t) in self.eos
+        self.stats.useful_tokens += len(self.running)
+
+    def _retire(self) -> None:
+        done = [s for s in self.running if s.done]
+        if not done:
+            return
+        for s in done:
+            self._free(s)
+        self.running = [s for s in self.running if not s.done]
+        self._shared_pairs = None
+        if self.progress is not None:
+            self.progress(len(done))
+
+    def _decode(self) -> torch.Tensor:
+        """Make room for every running row's next token (preempting the newest rows if needed), then decode."""
+        bs = self.blocks.block_size
+        while True:
+            need = sum(1 for s in self.running if s.cached // bs == len(s.blocks))
+            if need <= self.blocks.num_free:
+                break
+            self._preempt(self.running.pop())
+        for s in self.running:
+            if s.cached // bs == len(s.blocks):
+                s.blocks += self.blocks.allocate(1, s.index)
+        dev, n = self.cache.device, len(self.running)
+        pos_list = [s.cached for s in self.running]
+        last = [s.blocks[p // bs] for s, p in zip(self.running, pos_list)]
+        pos, last_block = torch.tensor(pos_list, device=dev), torch.tensor(last, device=dev)
+        row_of = torch.full((len(self.seqs) + 1,), n, dtype=torch.long, device=dev)
+        row_of[torch.tensor([s.index for s in self.running], device=dev)] = torch.arange(n, device=dev)
+        owner = self.blocks.owner[: self.blocks.high_water]
+        owner_row = row_of[owner]  # FREE (-1) reads row_of[-1] == n
+        shared_rows, shared_blocks = self._shared()
+        plan = build_decode_plan(n, owner_row, last_block, pos % bs + 1, bs, self.cache.shape.dtype,
+                                 shared_rows, shared_blocks)
+        tokens = torch.tensor([s.tokens[-1] for s in self.running], device=dev)
+        logits = self.runner.decode(self.cache, tokens, pos, last_block, plan)
+        for s in self.running:
+            s.cached += 1
+        st = self.stats
+        st.decode_iterations += 1
+        st.decode_slots += n
+        st.extra["peak_blocks"] = max(st.extra.get("peak_blocks", 0), self.blocks.num_used)
+        return logits
+
+    def _shared(self) -> tuple[torch.Tensor, torch.Tensor]:
+        if self._shared_pairs is None:
+            rows, blocks = [], []
+            for r, s in enumerate(self.running):
+                rows += [r] * s.shared
+                blocks += s.blocks[: s.shared]
+            dev = self.cache.device
+            self._shared_pairs = (torch.tensor(rows, dtype=torch.long, device=dev),
+                                  torch.tensor(blocks, dtype=torch.long, device=dev))
+        return self._shared_pairs
+
+    # --- blocks ---------------------------------------------------------------------------------------------
+
+    def _free(self, s: Sequence) -> None:
+        self.blocks.release(s.blocks, s.index)
+        s.blocks, s.shared, s.cached = [], 0, 0
+
+    def _preempt(self, s: Sequence) -> None:
+        self._free(s)
+        s.preemptions += 1
+        self.waiting.appendleft(s)
+        self._shared_pairs = None
+        self.stats.extra["preemptions"] = self.stats.extra.get("preemptions", 0) + 1
+
+    def _admit(self, logits: torch.Tensor | None) -> torch.Tensor | None:
+        """Prefill waiting sequences into free rows and blocks; returns `logits` `(n_running, V)` with the new rows'
+        next-token logits appended (None when nothing runs)."""
+        bm, bs = self.blocks, self.blocks.block_size
+        groups: list[list[Sequence]] = []
+        free, budget, rows = bm.num_free, self.prefill_tokens, len(self.running)
+        while self.waiting and rows < self.max_batch:
+            head = self.waiting[0]
+            n = head.length
+            if groups and n > budget:
+                break
+            group = [head]
+            if not head.tokens:  # fresh: the following samples of the same prompt join it
+                for s in list(self.waiting)[1: self.max_batch - rows]:
+                    if s.tokens or s.prefix != head.prefix:
+                        break
+                    group.append(s)
+            full, tail = divmod(n, bs)
+            while group:
+                k = len(group)
+                shared = full if k > 1 else 0
+                need = (full - shared) + (k if tail else 0) + shared  # own blocks + per-sample tails + shared once
+                if free - need >= rows + k - 1:  # one block of headroom per other running row
+                    break
+                group.pop()
+            if not group:
+                break
+            for _ in group:
+                self.waiting.popleft()
+            free -= need
+            rows += len(group)
+            budget -= n
+            groups.append(group)
+        if not groups:
+            return logits
+        return self._prefill(groups, logits)
+
+    def _prefill(self, groups: list[list[Sequence]], logits: torch.Tensor | None) -> torch.Tensor:
+        bm, bs = self.blocks, self.blocks.block_size
+        seqs, tables, copies = [], [], []
+        for group in groups:
+            lead = group[0]
+            lead.blocks = bm.allocate(bm.blocks_for(lead.length), lead.index)
+            full, tail = divmod(lead.length, bs)
+            if len(group) > 1:
+                shared = lead.blocks[:full]
+                bm.share(shared)  # one reference per other sample (the lead holds the first)
+                for s in group[2:]:
+                    bm.share(shared)
+                lead.shared = full
+                for s in group[1:]:
+                    s.blocks, s.shared = list(shared), full
+                    if tail:
+                        own = bm.allocate(1, s.index)
+                        s.blocks += own
+                        copies.append((lead.blocks[-1], own[0]))
+            for s in group:
+                s.cached = s.length
+            seqs.append(lead.context)
+            tables.append(lead.blocks)
+        new = self.runner.prefill(self.cache, seqs, tables)
+        self.cache.copy_blocks([a for a, _ in copies], [b for _, b in copies])
+        sizes = torch.tensor([len(g) for g in groups], device=new.device)
+        new = new.repeat_interleave(sizes, dim=0)
+        for group in groups:
+            self.running += group
+        self._shared_pairs = None
+        real = sum(map(len, seqs))
+        self.stats.prefill_tokens += real
+        self.stats.prefill_padded_tokens += real
+        return new if logits is None else torch.cat([logits, new])
