@@ -131,13 +131,16 @@ class RolloutConfig:
     top_p: float = 1.0
     top_k: int = -1  # -1 = off
     max_batch: int = 256  # engine slots: sequences decoded at once (torch, hf); the rest wait for a free slot
-    kv_cache_gib: float = 4.0  # torch engine: KV cache budget, checked before allocating (max_batch x (prefix + L))
+    kv_cache_gib: float = 4.0  # torch engine: KV block pool size (one sequence of prefix + L must fit; rows beyond wait)
+    dtype: str = "auto"  # torch engine weights and KV: auto (the model's) | float32 | bfloat16; log-probs stay float32
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # rollout.engine=vllm only
 
     def __post_init__(self) -> None:
         check_choice("rollout.engine", self.engine, EngineName)
         if not (math.isfinite(self.kv_cache_gib) and self.kv_cache_gib > 0):
             raise ConfigError(f"rollout.kv_cache_gib={self.kv_cache_gib} must be a positive number of GiB")
+        if self.dtype not in ("auto", "float32", "bfloat16", "float16"):
+            raise ConfigError(f"rollout.dtype={self.dtype!r} must be one of auto, float32, bfloat16, float16")
         for k in ("max_response_len", "num_segments", "group_size", "decode_batch", "max_batch"):
             _positive(f"rollout.{k}", getattr(self, k))
         if self.max_response_len % self.num_segments:
