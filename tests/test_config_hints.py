@@ -73,3 +73,16 @@ def test_docs_table_lists_every_verl_key():
     doc = (Path(__file__).resolve().parents[1] / "docs" / "data.md").read_text()
     missing = [k for k in VERL_KEYS if f"| `{k}` |" not in doc]
     assert not missing, f"docs/data.md's verl -> ulorl table lacks {missing}"
+
+
+@pytest.mark.parametrize("override, expected", [
+    ("actor_rollout_ref.model.lora_rank=8", "verl's actor_rollout_ref.model.lora_rank is model.lora.rank"),
+    ("actor_rollout_ref.model.target_modules=[q_proj]", "is model.lora.target_modules"),
+    ("lora_r=8", "TRL's lora_r is model.lora.rank in ulorl"),
+    ("model.lora_alpha=16", "TRL's lora_alpha is model.lora.alpha in ulorl"),
+    ("model.lora.lora_dropout=0.1", "peft's lora_dropout is model.lora.dropout in ulorl"),
+    ("model.lora.r=8", "peft's r is model.lora.rank in ulorl"),
+    ("use_peft=true", "TRL's use_peft is model.lora.rank > 0"),
+])
+def test_verl_trl_and_peft_lora_names_name_the_ulorl_key(override, expected):
+    assert expected in error([override])

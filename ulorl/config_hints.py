@@ -1,4 +1,4 @@
-"""Hints for an unknown config key: close spellings ("did you mean") and the ulorl name of verl's keys.
+"""Hints for an unknown config key: close spellings ("did you mean") and the ulorl name of verl's and TRL's keys.
 
 verl users write `data.train_files=...` or `actor_rollout_ref.rollout.n=8` from habit. `VERL_KEYS`
 maps verl's well-known keys (its `ppo_trainer.yaml` and DAPO recipe) to the ulorl key that does the
@@ -25,6 +25,9 @@ VERL_KEYS: dict[str, str] = {
     "actor_rollout_ref.model.path": "model.path",
     "actor_rollout_ref.model.trust_remote_code": "model.trust_remote_code",
     "actor_rollout_ref.model.enable_gradient_checkpointing": "model.gradient_checkpointing",
+    "actor_rollout_ref.model.lora_rank": "model.lora.rank (0: full fine-tuning)",
+    "actor_rollout_ref.model.lora_alpha": "model.lora.alpha",
+    "actor_rollout_ref.model.target_modules": "model.lora.target_modules (a list of module names)",
     "actor_rollout_ref.actor.optim.lr": "train.lr",
     "actor_rollout_ref.actor.optim.weight_decay": "train.weight_decay",
     "actor_rollout_ref.actor.grad_clip": "train.grad_clip",
@@ -77,6 +80,19 @@ VERL_KEYS: dict[str, str] = {
 }
 
 
+# TRL's LoRA arguments (`ModelConfig`: --use_peft --lora_r ...) and peft's own `LoraConfig` names, wherever they
+# are written (`lora_r=8`, `model.lora_r=8`, `model.lora.r=8`) -> the ulorl key
+TRL_KEYS: dict[str, str] = {
+    "use_peft": "model.lora.rank > 0 (0: full fine-tuning)",
+    "lora_r": "model.lora.rank",
+    "lora_alpha": "model.lora.alpha",
+    "lora_dropout": "model.lora.dropout",
+    "lora_target_modules": "model.lora.target_modules",
+}
+PEFT_LORA_KEYS: dict[str, str] = {"model.lora.r": "model.lora.rank", "model.lora.lora_alpha": "model.lora.alpha",
+                                  "model.lora.lora_dropout": "model.lora.dropout"}
+
+
 _VERL_SECTIONS = {p.split(".")[0] for p in VERL_KEYS} - {"data"} | {"critic", "ray_init"}
 
 
@@ -96,6 +112,11 @@ def unknown_key_hint(prefix: str, key: str, value, valid: list[str]) -> str:
     verl = [(p, VERL_KEYS[p]) for p in [full, *_leaves(value, full)] if p in VERL_KEYS]
     if verl:
         return " (" + "; ".join(f"verl's {p} is {eq} in ulorl" for p, eq in dict(verl).items()) + ")"
+    if full in PEFT_LORA_KEYS:
+        return f" (peft's {full.rsplit('.', 1)[1]} is {PEFT_LORA_KEYS[full]} in ulorl)"
+    if full.rsplit(".", 1)[-1] in TRL_KEYS:
+        leaf = full.rsplit(".", 1)[-1]
+        return f" (TRL's {leaf} is {TRL_KEYS[leaf]} in ulorl)"
     if full.split(".")[0] in _VERL_SECTIONS:
         return " (a verl key: see the verl -> ulorl key table in docs/data.md)"
     close = difflib.get_close_matches(key, valid, n=3, cutoff=0.6)
