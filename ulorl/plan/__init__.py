@@ -2,7 +2,8 @@
 
 `lengths` (distributions), `simulate` (the real rollout and pools with a fake engine: exact counts per step),
 `cost` (seconds per counted unit; least-squares fit), `calibrate` (measure this machine), `planner`
-(prediction and recommendation, for a `sync` or `overlap` pipeline), `cli` (the subcommand).
+(prediction and recommendation, for a `sync` or `overlap` pipeline), `cli` (the subcommand); `memory`
+(learner and KV-cache memory of a model at length L, `ulorl plan --memory`, `memory_cli`).
 """
 
 from ulorl.plan.cost import FEATURES, CostError, CostModel, fit_linear, overlap_bound

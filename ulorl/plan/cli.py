@@ -10,6 +10,7 @@ the run's config.yaml) or `--lengths SPEC` (see `ulorl.plan.lengths`). Cost mode
 `--fit-free` fields to measured step times, the others from `--cost` or zero; the fit is always on `sync`
 steps, how the measured runs ran). `--pipeline sync | overlap | both`: how rollout and update share a step
 (`train.pipeline`, `ulorl.config.PipelineMode`); `both` prints the two predictions side by side with the overlap bound.
+`--memory` predicts memory instead (`ulorl.plan.memory_cli`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 from ulorl.config import PipelineMode
 from ulorl.plan.cost import FEATURES, CostError, CostModel
 from ulorl.plan.lengths import LengthSpecError, lengths_from_run, parse_lengths
+from ulorl.plan.memory_cli import add_memory_arguments, run_memory
 from ulorl.plan.planner import (Workload, fit_to_table, format_compare, format_table, predict, recommend,
                                 simulate_all)
 
@@ -35,6 +37,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     src.add_argument("--lengths-from", metavar="RUN_DIR", help="a run folder: response lengths from samples.jsonl")
     src.add_argument("--lengths", metavar="SPEC", help="lognormal:median=..,sigma=..[,max=..,rho=..] | "
                      "pareto:alpha=..,min=..[,max=..] | twopoint:short=..,long=..,p_long=.. | fixed:length=..")
+    src.add_argument("--memory", action="store_true", help="the learner's and KV cache's memory instead of step "
+                     "times (options below; ulorl.plan.memory)")
     p.add_argument("--max-len", type=int, default=None, help="global cap L (default: the run's, else required)")
     p.add_argument("--segments", default="1,2,4,8", help="M values to compare (default 1,2,4,8)")
     p.add_argument("--decode-batch", type=int, default=None, help="rows per rollout round (default: run's, else 64)")
@@ -68,6 +72,7 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     sim.add_argument("--tolerance", type=float, default=0.05,
                      help="recommend the smallest M within this fraction of the fastest (default 0.05)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
+    add_memory_arguments(p)
 
 
 def _run_settings(run_dir: Path) -> dict:
@@ -134,6 +139,8 @@ def build_workload(args) -> tuple[Workload, str]:
 
 
 def run_plan(args) -> int:
+    if getattr(args, "memory", False):
+        return run_memory(args)
     try:
         w, described = build_workload(args)
         try:

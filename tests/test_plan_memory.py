@@ -1,0 +1,82 @@
+"""`ulorl.plan.memory`: the count on hand-computed values, parameter counts against models built in code."""
+
+import json
+
+import pytest
+import torch
+from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
+
+from ulorl.plan.memory import (KNOWN_SHAPES, LearnerSetup, ModelShape, fit_table, kv_cache_bytes, layer_terms,
+                               learner_memory, load_shape)
+
+TINY = dict(num_hidden_layers=2, hidden_size=4, num_attention_heads=2, num_key_value_heads=1, head_dim=2,
+            intermediate_size=8, vocab_size=10, tie_word_embeddings=True)
+
+
+@pytest.mark.parametrize("cls_cfg,cls_model,model_type", [(Qwen3Config, Qwen3ForCausalLM, "qwen3"),
+                                                          (Qwen2Config, Qwen2ForCausalLM, "qwen2")])
+def test_parameter_count_matches_a_model_built_in_code(cls_cfg, cls_model, model_type):
+    model = cls_model(cls_cfg(**TINY))
+    assert ModelShape.from_config({**TINY, "model_type": model_type}).params == sum(p.numel() for p in
+                                                                                     model.parameters())
+
+
+def test_known_shapes_have_the_published_sizes():
+    assert load_shape("qwen3-4b").params / 1e9 == pytest.approx(4.02, abs=0.01)  # Qwen3-4B: 4.0B
+    assert load_shape("qwen3-30b-a3b").params / 1e9 == pytest.approx(30.5, abs=0.1)  # Qwen3-30B-A3B: 30.5B
+    assert load_shape("qwen2.5-0.5b").params / 1e9 == pytest.approx(0.494, abs=0.001)  # Qwen2.5-0.5B: 0.49B
+
+
+def test_learner_memory_by_hand():
+    m = ModelShape.from_config({**TINY, "model_type": "qwen2"})  # no QK-norm: q 4 and kv 2 values per token
+    # kept per token and layer: residual 6 x 4 = 24, attention 3 q + k + v = 16, MLP 4 x 8 = 32, lse 2 heads
+    assert layer_terms(m) == {"residual": 24, "attention": 16, "lse": 2, "mlp": 32}
+    mem = learner_memory(m, LearnerSetup(tokens=10))
+    # per layer (24 + 16 + 32 + 2) x 4 B x 10 tokens = 2960; kept 2 layers + final norm 2 x 4 x 4 x 10 = 6240
+    assert mem["kept"] == 2 * 2960 + 320
+    # backward working set (2 x 4 + 8) x 4 x 10 = 640; head: gathered hidden and its gradient 2 x 4 x 4 x 10
+    # + two 10 x 10 float32 logit buffers = 320 + 800
+    assert mem["layer"] == 640 and mem["head"] == 1120
+    # params 2 x (attention 48 + biases 8 + MLP 96 + norms 8) + embedding 40 + final norm 4 = 364: gradients 1456
+    assert m.params == 364 and mem["grads"] == 1456
+    # top layer: kept + max(layer, head) + head gradient 160 = 7520; bottom: 2960 + 640 + 1456 = 5056
+    assert mem["update_increment"] == 6240 + 1120 + 160 and mem["peak_at"] == "top layer"
+    assert mem["static"] == 364 * 4 * 3  # weights + two AdamW moments
+    ck = learner_memory(m, LearnerSetup(tokens=10, checkpointing=True))
+    # checkpointing keeps 2 layer inputs (4 values) + the final norm: 2 x 160 + 320; the layer recomputed whole
+    assert ck["kept"] == 640 and ck["layer"] == 2960 + 640
+    # top layer 640 + 3600 + 160 = 4400; bottom layer: one input 160 + 3600 + every gradient 1456 = 5216
+    assert ck["update_increment"] == 5216 and ck["peak_at"] == "bottom layer"
+    sp = learner_memory(m, LearnerSetup(tokens=20, checkpointing=True, sequence_parallel=2))
+    assert sp["kept"] == ck["kept"] and sp["layer"] == ck["layer"]  # 20 tokens over 2 ranks: 10 each
+    off = learner_memory(m, LearnerSetup(tokens=10, checkpointing=True, offload=True))
+    # the kept layer inputs go to the CPU: top 4400 - 640 = 3760 on the device; the bottom (5216) stays the peak
+    assert off["offloaded"] == 640 and off["total_device"] == off["static"] + 5216
+
+
+def test_memory_per_token_is_flat_with_checkpointing():
+    m = load_shape("qwen3-4b")
+    per_tok = [learner_memory(m, LearnerSetup(tokens=L, checkpointing=True, autocast=True))["kept"] / L
+               for L in (32768, 131072)]
+    assert per_tok[0] == pytest.approx(per_tok[1], rel=1e-3)
+
+
+def test_kv_cache_by_hand():
+    # Qwen3-4B: 2 (K, V) x 36 layers x 8 KV heads x 128 x 2 bytes = 147,456 bytes per token
+    assert kv_cache_bytes(load_shape("qwen3-4b"), 1) == 147456
+
+
+def test_fit_table_and_cli(capsys):
+    rows = fit_table(load_shape("qwen3-4b"), [32768], 141.0)
+    assert rows[0]["gpus"] == 1 and rows[0]["device_gib"] <= 141
+    moe = fit_table(load_shape("qwen3-30b-a3b"), [32768], 141.0)[0]
+    assert moe["gpus"] > 1  # 30.5B float32 weights + AdamW alone are 341 GiB
+    from ulorl.cli import main
+
+    assert main(["plan", "--memory", "--model", "qwen2.5-0.5b", "--lengths-k", "32", "--checkpointing",
+                 "--json"]) == 0
+    out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+    assert out["rows"][0]["length"] == 32768 and out["rows"][0]["total_device"] > 0
+    assert main(["plan", "--memory", "--model", "qwen2.5-0.5b", "--sp", "4"]) == 2  # 14 heads, 2 KV heads
+    assert "--sp 4 must divide the 14 heads and 2 KV heads" in capsys.readouterr().err
+    assert set(KNOWN_SHAPES) == {"qwen3-4b", "qwen3-30b-a3b", "qwen2.5-0.5b"}
