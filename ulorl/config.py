@@ -334,6 +334,11 @@ class RunConfig:
         if self.train.learner_device and self.train.pipeline != PipelineMode.OVERLAP:
             raise ConfigError(f"train.learner_device={self.train.learner_device} places the learner process of "
                               "train.pipeline=overlap; with train.pipeline=sync the learner runs on train.device")
+        if self.model.lora.rank and (self.rollout.engine == "vllm" or self.distributed.backend != "local"
+                                     or self.train.pipeline == PipelineMode.OVERLAP):
+            raise ConfigError(f"model.lora.rank={self.model.lora.rank}: LoRA runs with rollout.engine=torch or hf, "
+                              "train.pipeline=sync and distributed.backend=local (the adapters live in the one "
+                              "in-process model; vLLM, Ray actors and the learner process are not wired for them yet)")
         if self.train.pipeline == PipelineMode.OVERLAP:
             if self.algo.is_mode == "tois":
                 raise ConfigError("algo.is_mode=tois is true on-policy training; train.pipeline=overlap trains on "

@@ -113,3 +113,11 @@ def test_unknown_target_module_names_the_key_and_the_layers(tiny_model_dir):
 def test_bad_lora_settings_name_the_key(field, value, message):
     with pytest.raises(ConfigError, match=message):
         LoraConfig(**{"rank": 4, field: value})
+
+
+@pytest.mark.parametrize("override", ["rollout.engine=vllm", "train.pipeline=overlap", "distributed.backend=ray"])
+def test_lora_refuses_the_setups_not_wired_for_it(override):
+    from ulorl.config import load_run_config
+
+    with pytest.raises(ConfigError, match="model.lora.rank=4: LoRA runs with rollout.engine=torch or hf"):
+        load_run_config(None, ["model.lora.rank=4", override])
