@@ -49,6 +49,18 @@ def test_block_manager_by_hand():
         bm.allocate(4, uid=10)  # 3 free
 
 
+def test_compaction_moves_the_top_blocks_into_the_holes():
+    bm = BlockManager(8, 4)
+    a, b, c = bm.allocate(2, uid=1), bm.allocate(2, uid=2), bm.allocate(3, uid=3)  # [0, 1], [2, 3], [4, 5, 6]
+    bm.share(c[:1])  # block 4 held twice
+    bm.release(a, uid=1)
+    bm.release(b[1:], uid=2)  # in use: 2, 4, 5, 6 below a high-water mark of 7
+    moves = bm.compact()
+    assert moves == {4: 0, 5: 1, 6: 3} and bm.high_water == 4 == bm.num_used
+    assert bm.refs[:4] == [2, 1, 1, 1] and bm.owner.tolist()[:4] == [FREE, 3, 2, 3]
+    assert bm.allocate(1, uid=4) == [4]  # the lowest free block is the first above the used ones
+
+
 def test_split_k_decode_attention_equals_sdpa_per_row():
     """Loop version (SDPA over each row's gathered context) against the one-call split-K version, with shared
     blocks, free blocks in the pool and partial last blocks."""
@@ -67,8 +79,8 @@ def test_split_k_decode_attention_equals_sdpa_per_row():
     last_fill = torch.tensor([c - (len(t) - 1) * bs for c, t in zip(ctx, tables)])
     srows = torch.tensor([r for r in range(3) for _ in range(shared[r])])
     sblocks = torch.tensor([t[i] for r, t in enumerate(tables) for i in range(shared[r])])
-    plan = build_decode_plan(3, owner[:10], last_block, last_fill, bs, torch.float32, srows, sblocks)
     q = torch.randn(3, hk, g, d)
+    plan = build_decode_plan(3, owner[:10], last_block, last_fill, bs, torch.float32, srows, sblocks)
     got = paged_decode_attention(q, kp, vp, plan, 0.3)
     for r, t in enumerate(tables):
         k = kp[t].transpose(0, 1).reshape(hk, -1, d)[:, : ctx[r]]

@@ -5,7 +5,8 @@ every block of the pool below the block manager's high-water mark is one batch e
 call, whose query is that block's owner row's query; the call returns each block's partial output and its
 log-sum-exp, and `merge_partials` combines the blocks of a row into its exact softmax over its whole context.
 No K/V is copied or gathered for blocks a row holds alone (the pool itself is the call's K/V); a row reads
-only its own blocks, a free block costs one masked entry. Prompt blocks shared by the samples of a group are
+only its own blocks, a free block costs one entry whose result is dropped. The rows' last, partly filled
+blocks go through a second, masked call (gathered: one block per row), so the large call needs no mask. Prompt blocks shared by the samples of a group are
 read through a second, gathered call (they are few: the full blocks of the prompts).
 
 Measured against the alternatives that ship with torch 2.13 on this CPU (docs/benchmarks.md, "paged KV
@@ -33,17 +34,18 @@ class DecodePlan:
 
     owner: `(W,)` long, for each pool block below the high-water mark W, the row that holds it alone, or n
         (no row: a free block, or a shared one, read through `shared_*`).
-    mask: `(W, 1, 1, block_size)` additive float mask: 0 on the positions of a block that hold the owner's
-        context (this step's token included), -inf elsewhere (a block with none keeps position 0 open;
-        its partial result gets weight 0 through `empty`).
-    empty: `(W,)` bool, blocks whose partial result is dropped (no owner).
+    drop: `(W,)` bool, blocks whose result in the full-block call is dropped: no owner, or the owner's last
+        block (partly filled, read by the masked call over `last_block`).
+    last_block: `(n,)` long, each row's last block; last_mask `(n, 1, 1, block_size)` additive float mask:
+        0 on its filled positions (this step's token included), -inf after.
     shared_rows, shared_blocks: `(S,)` long, (row, full block) pairs of shared prompt blocks.
     """
 
     n: int
     owner: torch.Tensor
-    mask: torch.Tensor
-    empty: torch.Tensor
+    drop: torch.Tensor
+    last_block: torch.Tensor
+    last_mask: torch.Tensor
     shared_rows: torch.Tensor
     shared_blocks: torch.Tensor
 
@@ -57,14 +59,12 @@ def build_decode_plan(n: int, owner_row: torch.Tensor, last_block: torch.Tensor,
     last_block, last_fill: `(n,)` long, each row's last block and how many of its positions are filled after this
         step's write (1..block_size); every other block of a row is full.
     """
-    fill = torch.where(owner_row < n, block_size, 0)
-    fill[last_block] = last_fill
+    drop = owner_row >= n
+    drop[last_block] = True
     pos = torch.arange(block_size, device=owner_row.device)
-    open_ = pos[None, :] < fill[:, None]
-    empty = fill == 0
-    open_[:, 0] |= empty
-    mask = torch.zeros(open_.shape, dtype=dtype, device=owner_row.device).masked_fill_(~open_, float("-inf"))
-    return DecodePlan(n, owner_row, mask[:, None, None, :], empty, shared_rows, shared_blocks)
+    mask = torch.zeros((n, block_size), dtype=dtype, device=owner_row.device)
+    mask.masked_fill_(pos[None, :] >= last_fill[:, None], float("-inf"))
+    return DecodePlan(n, owner_row, drop, last_block, mask[:, None, None, :], shared_rows, shared_blocks)
 
 
 def attend_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
@@ -101,17 +101,23 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
     """One decode step's attention for every row, each over its own blocks.
 
     q `(n, H_kv, G, D)`; k_pool/v_pool `(num_blocks, H_kv, block_size, D)` -> `(n, H_kv, G, D)`.
+    Three calls whose partial results are merged: every full block below the high-water mark (the pool's own
+    view, no mask), the rows' last blocks (gathered, masked), the shared prompt blocks (gathered).
     """
     w = plan.owner.shape[0]
     qpad = torch.cat([q, q.new_zeros((1, *q.shape[1:]))])
-    o, lse = attend_with_lse(qpad[plan.owner], k_pool[:w], v_pool[:w], plan.mask, scale)
-    lse = lse.masked_fill(plan.empty[:, None, None], float("-inf"))
-    row = plan.owner
+    o, lse = attend_with_lse(qpad[plan.owner], k_pool[:w], v_pool[:w], None, scale)
+    parts_o, parts_lse = [o, None], [lse.masked_fill(plan.drop[:, None, None], float("-inf")), None]
+    rows = [plan.owner, torch.arange(plan.n, device=q.device)]
+    parts_o[1], parts_lse[1] = attend_with_lse(q, k_pool[plan.last_block], v_pool[plan.last_block], plan.last_mask,
+                                               scale)
     if plan.shared_rows.numel():
         so, slse = attend_with_lse(q[plan.shared_rows], k_pool[plan.shared_blocks], v_pool[plan.shared_blocks],
                                    None, scale)
-        o, lse, row = torch.cat([o, so]), torch.cat([lse, slse]), torch.cat([row, plan.shared_rows])
-    return merge_partials(o, lse, row, plan.n)
+        parts_o.append(so)
+        parts_lse.append(slse)
+        rows.append(plan.shared_rows)
+    return merge_partials(torch.cat(parts_o), torch.cat(parts_lse), torch.cat(rows), plan.n)
 
 
 def packed_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lens: list[int], scale: float

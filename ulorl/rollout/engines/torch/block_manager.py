@@ -80,3 +80,22 @@ class BlockManager:
             self.owner[freed] = FREE
         while self.high_water and self.refs[self.high_water - 1] == 0:
             self.high_water -= 1
+
+    def compact(self) -> dict[int, int]:
+        """Move every block in use above the used count into a free block below it; returns the moves
+        {old block: new block} (the caller copies the K/V and remaps block tables). Afterwards the blocks in use
+        are exactly `[0, num_used)`."""
+        target = self.num_used
+        movers = [b for b in range(target, self.high_water) if self.refs[b] > 0]
+        holes = [b for b in range(target) if self.refs[b] == 0]
+        moves = dict(zip(movers, holes))
+        if moves:
+            src, dst = list(moves), list(moves.values())
+            for s, d in moves.items():
+                self.refs[d], self.refs[s] = self.refs[s], 0
+            self.owner[dst] = self.owner[src]
+            self.owner[src] = FREE
+        self._free = list(range(target, self.num_blocks))  # sorted: a valid heap
+        self.high_water = target
+        return moves
+

@@ -41,6 +41,7 @@ class TorchEngine:
     """Continuous-batching engine over a Llama-family transformers model."""
 
     continuous_batching = True  # see `Engine`: callers may send every prefix in one call
+    scheduler_cls = Scheduler  # benchmarks substitute a subclass (e.g. forced EOS from a length schedule)
 
     def __init__(self, model, eos_ids: list[int], max_batch: int = 256, kv_cache_gib: float = 4.0,
                  prefill_tokens: int = 16384, block_size: int | None = None, dtype: torch.dtype | None = None) -> None:
@@ -97,7 +98,7 @@ class TorchEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            run = Scheduler(self.runner, cache, blocks, self.stats, prefixes, max_new_tokens, params, seed,
+            run = self.scheduler_cls(self.runner, cache, blocks, self.stats, prefixes, max_new_tokens, params, seed,
                             self.eos_ids, self.max_batch, self.prefill_tokens, progress)
             return run.run()
         finally:

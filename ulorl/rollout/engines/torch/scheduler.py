@@ -12,6 +12,10 @@ waiting sequences while rows and blocks allow. Admission:
   is copied per sample, and the samples start from the same next-token logits;
 - prefill is packed, up to `prefill_tokens` tokens per step (at least one sequence).
 
+Compaction: rows that finish leave holes among the blocks in use, and the decode attention reads every
+block below the pool's high-water mark; when the holes pass a quarter of it, the blocks above the used count
+move into them (one copy), so the attention's work follows the live tokens again.
+
 Preemption: when the pool cannot hold the next token of every running row, the newest rows are preempted:
 their blocks are freed, and they go back to the front of the queue with their tokens and log-probs so far,
 to be prefilled again (`prefix + tokens`) when blocks free up. Nothing is dropped, and because each row
@@ -34,6 +38,12 @@ from ulorl.rollout.engines.torch.kv_cache import PagedKVCache
 from ulorl.rollout.engines.torch.runner import ModelRunner
 from ulorl.rollout.engines.torch.sampler import row_uniforms, sample_tokens
 from ulorl.rollout.engines.torch.sequence import Sequence
+
+
+# the blocks in use are compacted to the bottom of the pool when they are fewer than this fraction of the blocks
+# below the high-water mark (the decode attention reads every block below it; `BlockManager.compact`)
+COMPACT_BELOW = 0.75
+COMPACT_MIN_HOLES = 16
 
 
 class Scheduler:
@@ -98,6 +108,9 @@ class Scheduler:
         for s in self.running:
             if s.cached // bs == len(s.blocks):
                 s.blocks += self.blocks.allocate(1, s.index)
+        holes = self.blocks.high_water - self.blocks.num_used
+        if holes >= COMPACT_MIN_HOLES and self.blocks.num_used < COMPACT_BELOW * self.blocks.high_water:
+            self._compact()
         dev, n = self.cache.device, len(self.running)
         pos_list = [s.cached for s in self.running]
         last = [s.blocks[p // bs] for s, p in zip(self.running, pos_list)]
@@ -116,7 +129,9 @@ class Scheduler:
         st = self.stats
         st.decode_iterations += 1
         st.decode_slots += n
-        st.extra["peak_blocks"] = max(st.extra.get("peak_blocks", 0), self.blocks.num_used)
+        if self.blocks.num_used > st.extra.get("peak_blocks", 0):  # the pool's peak, and the tokens alive then
+            st.extra["peak_blocks"] = self.blocks.num_used
+            st.extra["live_tokens_at_peak"] = sum(s.cached for s in self.running)
         return logits
 
     def _shared(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -131,6 +146,15 @@ class Scheduler:
         return self._shared_pairs
 
     # --- blocks ---------------------------------------------------------------------------------------------
+
+    def _compact(self) -> None:
+        """Move the blocks above the used count into the holes below it (K/V copied once, block tables remapped)."""
+        moves = self.blocks.compact()
+        self.cache.copy_blocks(list(moves), list(moves.values()))
+        for s in self.running:
+            s.blocks = [moves.get(b, b) for b in s.blocks]
+        self._shared_pairs = None
+        self.stats.extra["compacted_blocks"] = self.stats.extra.get("compacted_blocks", 0) + len(moves)
 
     def _free(self, s: Sequence) -> None:
         self.blocks.release(s.blocks, s.index)

@@ -1,0 +1,40 @@
+"""Forced EOS from a drawn length schedule, for engine benchmarks: row i of a call ends after `lengths[i]` tokens.
+
+Random or untrained weights decide nothing about lengths; a benchmark of a long-tailed workload needs the
+tail it describes. `ForcedEOS.install(engine, lengths, eos)` makes the torch engine's scheduler replace a
+row's token by `eos` once it has sampled `lengths[row]` tokens (the row then finishes as on a real EOS; its
+log-prob is the sampled token's, which timing does not read).
+"""
+
+from __future__ import annotations
+
+import random
+
+from ulorl.rollout.engines.torch.scheduler import Scheduler
+
+
+def draw_lengths(n: int, mean: float, cap: int, seed: int = 0) -> list[int]:
+    """`n` lengths with the long tail of reasoning answers: exponential with `mean` (before the cap), in [1, cap]."""
+    rng = random.Random(seed)
+    return [max(1, min(cap, int(rng.expovariate(1 / mean)))) for _ in range(n)]
+
+
+class ForcedEOS(Scheduler):
+    """A scheduler whose row i finishes after `lengths[i]` new tokens of the call (counting earlier segments via
+    `offsets[i]`, the tokens the row already had)."""
+
+    lengths: list[int] = []
+    offsets: list[int] = []
+    eos_id: int = 0
+
+    def _sample(self, logits) -> None:
+        super()._sample(logits)
+        for s in self.running:
+            if len(s.tokens) + (self.offsets[s.index] if self.offsets else 0) >= self.lengths[s.index]:
+                s.tokens[-1], s.eos = self.eos_id, True
+
+    @classmethod
+    def install(cls, engine, lengths: list[int], eos_id: int, offsets: list[int] | None = None) -> None:
+        sub = type("ForcedEOSRun", (cls,), {"lengths": list(lengths), "offsets": list(offsets or []),
+                                            "eos_id": eos_id})
+        engine.scheduler_cls = sub
