@@ -17,7 +17,8 @@
 # (runs/gpu_check-<time>); DEVICE=cpu only for a dry run of this script (vllm: with a stand-in `vllm` module);
 # OVERLAP (1 with ENGINE=torch): the same run again with train.pipeline=overlap, the learner process on
 # LEARNER_DEVICE (default: DEVICE, colocated; cuda:1 on a machine with two GPUs), into $OUT/run_overlap.
-# Then (5.) configs/smollm2_math.yaml for SMOLLM2_STEPS steps on DEVICE when its model and data packages are here.
+# Then (5.) configs/smollm2_math.yaml for SMOLLM2_STEPS steps on DEVICE when its model and data packages are here,
+# and (6.) one 32k (and 64k) sample of the Qwen2.5-0.5B shape through the learner, peak memory against `ulorl plan`.
 # Results: $OUT/gpu_engine_check.json, $OUT/run/metrics.jsonl, $OUT/gpu_check.json; copy the printed tables into
 # docs/scale.md.
 set -euo pipefail
@@ -221,6 +222,30 @@ path.write_text(json.dumps(summary, indent=1))
 peak = "-" if res["peak_cuda_mib"] is None else f"{res['peak_cuda_mib']:.0f} MiB"
 print(f"gpu_check: smollm2_math on {device}: step time {res['step_time_s']:.2f} s (gen {res['gen_s']:.2f} s, "
       f"update {res['update_s']:.2f} s), first step {res['first_step_s']:.2f} s, peak CUDA memory {peak}")
+EOF
+fi
+# -- 6. one long sample through the learner (issue 29) ---------------------------------------------------------
+# The Qwen2.5-0.5B shape with random weights (benchmarks/gpu_learner_long_check.py): one 32k-token sample, then
+# 64k when predicted to fit, forward and backward with gradient checkpointing (float32 weights, bf16 autocast);
+# peak CUDA memory against `ulorl plan --memory`'s prediction into $OUT/gpu_check.json ("learner_long"; about
+# 1 minute). DEVICE=cpu: 2 layers, 256 and 512 tokens (the plumbing only). LEARNER_LONG=0 skips it.
+if [ "${LEARNER_LONG:-1}" = 1 ]; then
+"$PYTHON" benchmarks/gpu_learner_long_check.py --device "$DEVICE" --out "$OUT/gpu_learner_long.json" \
+    > "$OUT/gpu_learner_long.log" 2>&1 || FAILED="${FAILED:+$FAILED; }learner_long (log: $OUT/gpu_learner_long.log)"
+tail -n 4 "$OUT/gpu_learner_long.log" | cut -c1-600
+"$PYTHON" - "$OUT" <<'EOF'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+if (out / "gpu_learner_long.json").exists():
+    path = out / "gpu_check.json"
+    summary = json.loads(path.read_text()) if path.exists() else {}
+    summary["learner_long"] = json.loads((out / "gpu_learner_long.json").read_text())
+    path.write_text(json.dumps(summary, indent=1))
+    for r in summary["learner_long"]["rows"]:
+        got = r.get("measured_increment_gib")
+        print(f"gpu_check: learner_long L={r['length']}: predicted {r['predicted_increment_gib']:.2f} GiB, measured "
+              f"{'-' if got is None else f'{got:.2f}'} GiB{' (' + r['skipped'] + ')' if 'skipped' in r else ''}")
 EOF
 fi
 if [ -n "$FAILED" ]; then
