@@ -170,3 +170,28 @@ def test_a_groups_prompt_is_prefilled_once_and_shared(shaken):
     assert len({tuple(o.tokens) for o in a[:4]}) > 1  # the samples differ: each has its own stream
     for x, y in zip(a, b):  # the shared prompt's K/V come from one prefill instead of four: float32 rounding
         assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4, rtol=0)
+
+
+def test_bfloat16_engine_keeps_a_synced_copy_and_float32_logprobs(fresh):
+    """rollout.dtype=bfloat16: weights and KV in bf16 (a copy of the float32 model, refreshed by sync_weights),
+    behaviour log-probs computed in float32 from the bf16 logits; the gap to the float32 learner is what
+    `pois/abs_log_ratio_age0` reports (small, not zero)."""
+    tok, model = fresh
+    eng = TorchEngine(model, [tok.eos_token_id], dtype=torch.bfloat16, block_size=4)
+    assert eng.model is not model and eng.dtype == torch.bfloat16 and eng.cache is None
+    prefixes = _prefixes(3)
+    outs = eng.generate(prefixes, 10, SamplingParams(temperature=T), seed=1)
+    assert eng.cache.k[0].dtype == torch.bfloat16
+    assert all(isinstance(x, float) for o in outs for x in o.logprobs)
+    gaps = []
+    for p, o in zip(prefixes, outs):
+        learner, engine = _learner_logprobs(model, tok, p, [(o.tokens, o.logprobs)])
+        gaps.append((learner - engine).abs().max())
+    assert 0 < max(gaps) < 0.1, gaps
+    with torch.no_grad():  # the learner's weights move; the engine's copy follows only on sync
+        shifted = {k: v + 0.01 for k, v in model.state_dict().items()}
+    eng.sync_weights(shifted)
+    w = eng.model.model.embed_tokens.weight
+    assert w.dtype == torch.bfloat16
+    assert torch.allclose(w.float(), shifted["model.embed_tokens.weight"], atol=1e-2)
+    assert not torch.equal(model.model.embed_tokens.weight, shifted["model.embed_tokens.weight"])  # a copy
