@@ -101,13 +101,15 @@ def cmd_sft(args) -> int:
 
     from ulorl.checkpoint import atomic_write_text, make_run_dir
     from ulorl.config import check_runnable
+    from ulorl.run_lock import RunLock
 
     cfg = _load_cfg(args)
     check_runnable(cfg)
     run_dir = make_run_dir(_run_dir(args, "sft"))
-    atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))
-    print(f"# resolved config (saved to {run_dir / 'config.yaml'})\n{dump_yaml(cfg)}", flush=True)
-    report = sft_and_report(cfg, run_dir)
+    with RunLock.acquire(run_dir):  # one process per folder, as for train
+        atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))
+        print(f"# resolved config (saved to {run_dir / 'config.yaml'})\n{dump_yaml(cfg)}", flush=True)
+        report = sft_and_report(cfg, run_dir)
     print(json.dumps(report, indent=1))
     return 0
 

@@ -39,7 +39,7 @@ class RowIssue:
     row: int
     field: str
     # missing_field | wrong_type | empty_prompt | undecodable_text | nul_character | non_finite | bad_messages |
-    # invalid_json
+    # invalid_json | line_too_long
     reason: str
     expected: str
     got: str = ""

@@ -1,0 +1,285 @@
+"""Issue 25, cases 4-14: each hostile input of the red-team pass gets one line (or a handled fallback).
+
+Each test is named by its case. CLI cases run `ulorl.cli.main` in-process and check the exit status and that
+stderr is one `ulorl COMMAND: error: ...` line naming the file, field or setting. Exit statuses: 2 for a
+user error, 3 non-finite updates, 4 a stall, 5 a process of the run died, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import struct
+import textwrap
+from pathlib import Path
+
+import pytest
+from test_cli_errors import assert_one_line, run
+
+from ulorl.checkpoint import CheckpointError, verify_checkpoint
+
+QUICK = ["model.warm_start=none", "data.eval=null", "logging.progress=false", "logging.loggers=[jsonl]"]
+
+
+def tiny_run(model_dir: Path, *extra: str) -> list[str]:
+    return [*QUICK, f"model.path={model_dir}", "data.train_size=20", "rollout.max_response_len=8",
+            "rollout.num_segments=2", "rollout.group_size=2", "rollout.decode_batch=4", "train.train_groups=1",
+            "algo.dynamic_sampling=false", "reward.fn=exact", *extra]
+
+
+@pytest.fixture(scope="module")
+def two_steps(tmp_path_factory, tiny_model_dir):
+    """A finished 2-step run with checkpoints step_000001 and step_000002; tests copy it before damaging it."""
+    from ulorl.config import load_run_config
+    from ulorl.trainer import train
+
+    run = tmp_path_factory.mktemp("two") / "run"
+    train(load_run_config(None, tiny_run(tiny_model_dir, "train.steps=2", "checkpoint.every=1")), run)
+    return run
+
+
+def copy_of(run: Path, tmp_path: Path) -> Path:
+    import shutil
+
+    return Path(shutil.copytree(run, tmp_path / "run", symlinks=True))
+
+
+# -- 4. a full disk during a save -------------------------------------------------------------------
+def test_disk_full_during_a_save_is_one_line(tmp_path, tiny_model_dir, capsys, monkeypatch):
+    from safetensors import SafetensorError
+
+    import ulorl.models.lora as lora
+
+    def full(model, folder):  # what safetensors raises when the disk fills while it writes
+        raise SafetensorError('Error while serializing: IoError(Os { code: 28, kind: StorageFull, message: "No '
+                              'space left on device" })')
+
+    monkeypatch.setattr(lora, "save_policy", full)
+    rc, err = run(["train", "-o", str(tmp_path / "run"), *tiny_run(tiny_model_dir, "train.steps=1",
+                                                                    "checkpoint.every=1")], capsys)
+    assert rc == 2
+    assert_one_line(err, "train", "saving checkpoint step 1", "No space left on device", "partial folder was "
+                    "removed", "Free space")
+    assert not list((tmp_path / "run" / "checkpoints").glob("step_*"))  # nothing half-written is left
+
+
+# -- 5. binary bytes in checkpoints/latest -----------------------------------------------------------
+def test_binary_bytes_in_latest_are_rewritten_on_resume(two_steps, tmp_path, tiny_model_dir):
+    from ulorl.config import load_run_config
+    from ulorl.trainer import train
+
+    run = copy_of(two_steps, tmp_path)
+    (run / "checkpoints" / "latest").write_bytes(b"\xff\xfe\x00garbage")
+    summary = train(load_run_config(None, tiny_run(tiny_model_dir, "train.steps=3", "checkpoint.every=1")), run,
+                    resume="auto")
+    assert summary["steps"] == 3  # resumed from step 2 (the newest verifying) and went on
+    assert (run / "checkpoints" / "latest").read_text() == "step_000003"
+
+
+# -- 6. a checkpoint's model/ folder symlinked out of the run -----------------------------------------
+def test_a_model_folder_symlinked_out_of_the_checkpoint_is_refused(two_steps, tmp_path, tiny_model_dir):
+    import shutil
+
+    from ulorl.checkpoint import find_resumable
+
+    run = copy_of(two_steps, tmp_path)
+    ckpt = run / "checkpoints" / "step_000002"
+    outside = tmp_path / "elsewhere"
+    shutil.move(ckpt / "model", outside)  # the same bytes, so only the symlink can be the reason
+    (ckpt / "model").symlink_to(outside, target_is_directory=True)
+    with pytest.raises(CheckpointError, match="symlink .* leads out of the checkpoint"):
+        verify_checkpoint(ckpt)
+    path, notes = find_resumable(run / "checkpoints")
+    assert path == run / "checkpoints" / "step_000001"  # falls back to the older one, and says why
+    assert any("leads out of the checkpoint" in n for n in notes)
+
+
+# -- 7. rollout.engine=vllm without vllm -------------------------------------------------------------
+def test_vllm_engine_without_vllm_fails_before_any_work(tmp_path, tiny_model_dir, capsys):
+    pytest.importorskip("torch")
+    if __import__("importlib").util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here")
+    rc, err = run(["train", "-o", str(tmp_path / "run"), *QUICK, "model.warm_start=sft", "rollout.engine=vllm"],
+                  capsys)
+    assert rc == 2
+    assert_one_line(err, "train", "rollout.engine=vllm", "pip install", "rollout.engine=torch")
+    assert not (tmp_path / "run").exists()  # not even the run folder: no warm start, no data loading
+
+
+# -- 8. the overlap learner process dies ---------------------------------------------------------------
+def test_a_dead_learner_process_is_one_line_with_its_own_status(capsys, monkeypatch):
+    import ulorl.cli as cli_module
+    from ulorl.learners.process import LearnerProcessError
+
+    def dies(args):
+        raise LearnerProcessError("the learner process failed:\nTraceback (most recent call last):\n  File "
+                                  "\"x.py\", line 1, in f\nRuntimeError: CUDA error: out of memory\n")
+
+    monkeypatch.setattr(cli_module, "cmd_train", dies)
+    rc, err = run(["train"], capsys)
+    assert rc == 5  # its own status: not 2 (user error) nor 3 (non-finite updates)
+    assert_one_line(err, "train", "the learner process failed", "RuntimeError: CUDA error: out of memory",
+                    "--resume auto")
+
+
+# -- 9. `ulorl eval` on bad models and numbers ------------------------------------------------------------
+def _damaged(model_dir: Path, tmp: Path, how: str) -> Path:
+    import shutil
+
+    d = Path(shutil.copytree(model_dir, tmp / how))
+    weights = (d / "model.safetensors").read_bytes()
+    if how == "corrupt":
+        (d / "model.safetensors").write_bytes(b"not a safetensors file" * 4)
+    elif how == "huge_header":  # the 8-byte header length says 10^15 bytes
+        (d / "model.safetensors").write_bytes(struct.pack("<Q", 10**15) + weights[8:])
+    elif how == "unknown_model_type":
+        cfg = json.loads((d / "config.json").read_text())
+        (d / "config.json").write_text(json.dumps({**cfg, "model_type": "no_such_architecture"}))
+    return d
+
+
+@pytest.mark.parametrize("how, words", [("corrupt", ["cannot load the model", "SafetensorError"]),
+                                        ("huge_header", ["cannot load the model", "header too large"]),
+                                        ("unknown_model_type", ["cannot load the model", "no_such_architecture"])])
+def test_eval_of_a_model_that_does_not_load_is_one_line(how, words, tmp_path, tiny_model_dir, capsys):
+    model = _damaged(tiny_model_dir, tmp_path, how)
+    rc, err = run(["eval", "--model", str(model), "--num-problems", "1", "--k", "1", "-o", str(tmp_path / "o")],
+                  capsys)
+    assert rc == 2
+    assert_one_line(err, "eval", str(model), *words)
+
+
+@pytest.mark.parametrize("value", ["nan", "inf", "-1"])
+def test_eval_temperature_is_validated_like_the_train_config(value, tmp_path, tiny_model_dir, capsys):
+    rc, err = run(["eval", "--model", str(tiny_model_dir), "--temperature", value, "-o", str(tmp_path / "o")],
+                  capsys)
+    assert rc == 2
+    assert_one_line(err, "eval", "temperature must be a finite number > 0")
+
+
+# -- 10. `ulorl show` and `ulorl plot` on malformed logs -------------------------------------------------------
+def _sample(step, gid="g0", sid="g0/0", **kw) -> str:
+    return json.dumps({"sample_id": sid, "group_id": gid, "prompt_id": 0, "step": step, "status": "trained",
+                       "reward": 1.0, "response": "ok", **kw})
+
+
+def test_show_skips_malformed_lines_with_a_count_naming_the_first(tmp_path, capsys):
+    path = tmp_path / "samples.jsonl"
+    path.write_bytes("\n".join([_sample(1), "[1, 2, 3]", _sample("1", sid="g0/1"), _sample(2, "g1", "g1/0")])
+                     .encode() + b"\n\xff\xfe not utf-8\n")
+    capsys.readouterr()
+    from ulorl.cli import main as cli
+
+    rc = cli(["show", str(tmp_path), "--step", "1"])
+    text = capsys.readouterr().out
+    assert rc == 0
+    assert f"skipped 3 malformed line(s) of {path} (first: {path}:2: a JSON list, not an object)" in text
+    assert "step 1: 1 samples in 1 groups" in text and "g0/1" not in text
+
+
+def test_show_of_a_step_the_run_lacks_exits_2(tmp_path, capsys):
+    (tmp_path / "samples.jsonl").write_text(_sample(1) + "\n" + _sample(2, "g1", "g1/0") + "\n")
+    rc, err = run(["show", str(tmp_path), "--step", "99"], capsys)
+    assert rc == 2
+    assert_one_line(err, "show", "no samples at step 99", "steps logged: 1-2")
+
+
+def test_plot_notes_metric_values_that_are_not_numbers(tmp_path, capsys, caplog):
+    from ulorl.plot import load_run
+
+    (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "actor/entropy": 0.5}) + "\n" +
+                                            json.dumps({"step": 2, "actor/entropy": "high"}) + "\n")
+    run_ = load_run(tmp_path)
+    assert [r["step"] for r in run_.rows] == [1, 2]
+    assert "1 metric value(s) are not numbers and are left out of the plots (first: step 2, 'actor/entropy')" \
+        in caplog.text
+
+
+# -- 11. a reward module that calls sys.exit at import -------------------------------------------------------
+def test_a_reward_module_exiting_at_import_is_one_line(tmp_path, capsys, monkeypatch):
+    (tmp_path / "ulorl_test_exiting_reward.py").write_text("import sys\nsys.exit(3)\ndef score(*a): return 1.0\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    rc, err = run(["config", "reward.fn=ulorl_test_exiting_reward:score"], capsys)
+    assert rc == 2  # not 3 (silently, the module's own status)
+    assert_one_line(err, "config", "ulorl_test_exiting_reward", "called sys.exit(3)")
+
+
+# -- 12. data that is not a regular file -----------------------------------------------------------------
+def test_a_fifo_as_data_is_refused_before_it_is_opened(tmp_path, capsys):
+    fifo = tmp_path / "x.jsonl"
+    os.mkfifo(fifo)  # open() on it would block until a writer came
+    rc, err = run(["clean", "--input", str(fifo), "--output", str(tmp_path / "o.jsonl")], capsys)
+    assert rc == 2
+    assert_one_line(err, "clean", str(fifo), "named pipe (FIFO)")
+    rc, err = run(["train", "-o", str(tmp_path / "run"), *QUICK, f"data.train={fifo}"], capsys)
+    assert rc == 2
+    assert_one_line(err, "train", str(fifo), "named pipe (FIFO)")
+
+
+def test_data_resolving_to_dev_zero_is_refused(tmp_path, capsys):
+    link = tmp_path / "zero.jsonl"
+    link.symlink_to("/dev/zero")  # reading it would never end
+    rc, err = run(["clean", "--input", str(link), "--output", str(tmp_path / "o.jsonl")], capsys)
+    assert rc == 2
+    assert_one_line(err, "clean", str(link), "is a device")
+
+
+def test_a_jsonl_line_over_the_limit_is_a_bad_row(tmp_path, monkeypatch):
+    import ulorl.data.formats as formats
+
+    monkeypatch.setattr(formats, "MAX_LINE_BYTES", 100)
+    path = tmp_path / "in.jsonl"
+    path.write_text('{"prompt": "q", "answer": "1"}\n' + json.dumps({"prompt": "x" * 200, "answer": "1"}) + "\n")
+    rows = formats.read_rows(path, formats.Storage.JSONL)
+    assert rows[0] == {"prompt": "q", "answer": "1"}
+    assert rows[1].reason == "line_too_long" and "line 2" in rows[1].expected and rows[1].got.endswith("bytes")
+
+
+# -- 13. the Python API's argument types ---------------------------------------------------------------------
+def test_trainer_takes_a_mapping_of_settings_and_refuses_other_types():
+    from ulorl.api import Trainer
+    from ulorl.config import ConfigError
+
+    t = Trainer({"train": {"steps": 7}, "rollout.num_segments": 2}, output_dir="runs/never-trained")
+    assert (t.config.train.steps, t.config.rollout.num_segments) == (7, 2)
+    with pytest.raises(ConfigError, match=r"Trainer\(config=...\) takes a RunConfig .* not int"):
+        Trainer(42)
+    with pytest.raises(ConfigError, match=r"Trainer\(output_dir=...\) takes a path, not list"):
+        Trainer(output_dir=["a"])
+    with pytest.raises(ConfigError, match=r"reward_weights=...\) takes a list of numbers"):
+        Trainer(reward_funcs=[len], reward_weights=["1"])
+
+
+# -- 14. minor ------------------------------------------------------------------------------------------------
+def test_clean_of_an_empty_file_is_an_error(tmp_path, capsys):
+    (tmp_path / "empty.jsonl").write_text("")
+    rc, err = run(["clean", "--input", str(tmp_path / "empty.jsonl"), "--output", str(tmp_path / "o.jsonl")],
+                  capsys)
+    assert rc == 2
+    assert_one_line(err, "clean", "empty.jsonl", "no rows to clean")
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_a_second_signal_stops_at_once_and_says_what_is_left(tmp_path, tiny_model_dir, capsys, monkeypatch):
+    import ulorl.trainer as trainer
+
+    real = trainer.train_step
+
+    def step_then_two_signals(s):
+        m = real(s)
+        if s.step == 2:  # after step 1 was checkpointed: the first signal asks to stop, the second insists
+            os.kill(os.getpid(), signal.SIGINT)
+            os.kill(os.getpid(), signal.SIGINT)
+        return m
+
+    monkeypatch.setattr(trainer, "train_step", step_then_two_signals)
+    from ulorl.cli import main as cli
+
+    capsys.readouterr()
+    rc = cli(["train", "-o", str(tmp_path / "run"), *tiny_run(tiny_model_dir, "train.steps=5", "checkpoint.every=1")])
+    captured = capsys.readouterr()
+    out = captured.out + captured.err
+    assert rc == 130, out
+    assert "stopped at once by a second signal, 2 steps done; the last committed checkpoint is" in out
+    assert "step_000001" in out and "--resume auto" in out
