@@ -3,13 +3,18 @@
 Random or untrained weights decide nothing about lengths; a benchmark of a long-tailed workload needs the
 tail it describes. `ForcedEOS.install(engine, lengths, eos)` makes the torch engine's scheduler replace a
 row's token by `eos` once it has sampled `lengths[row]` tokens (the row then finishes as on a real EOS; its
-log-prob is the sampled token's, which timing does not read).
+log-prob is the sampled token's, which timing does not read). `HazardEOS.install(engine, mean, eos)` ends
+every token with probability 1 / mean instead (geometric lengths), which needs no row identity and so holds
+across the calls of segment rollout, where a sample's row index changes from call to call.
 """
 
 from __future__ import annotations
 
 import random
 
+import torch
+
+from ulorl.rollout.engines.torch.sampler import row_uniforms
 from ulorl.rollout.engines.torch.scheduler import Scheduler
 
 
@@ -38,3 +43,26 @@ class ForcedEOS(Scheduler):
         sub = type("ForcedEOSRun", (cls,), {"lengths": list(lengths), "offsets": list(offsets or []),
                                             "eos_id": eos_id})
         engine.scheduler_cls = sub
+
+
+class HazardEOS(Scheduler):
+    """A scheduler in which every sampled token is turned into EOS with probability `1 / mean` (from the row's own
+    stream: seeded runs reproduce)."""
+
+    mean: float = 1.0
+    eos_id: int = 0
+
+    def _sample(self, logits) -> None:
+        super()._sample(logits)
+        dev = logits.device
+        rows = torch.tensor([s.index for s in self.running], device=dev)
+        steps = torch.tensor([len(s.tokens) for s in self.running], device=dev)
+        stop = (row_uniforms(self.seed ^ 0x5BD1E995, rows, steps) < 1 / self.mean).tolist()
+        for s, hit in zip(self.running, stop):
+            if hit:
+                s.tokens[-1], s.eos = self.eos_id, True
+
+    @classmethod
+    def install(cls, engine, mean: float, eos_id: int) -> None:
+        engine.scheduler_cls = type("HazardEOSRun", (cls,), {"mean": float(mean), "eos_id": eos_id})
+

@@ -19,6 +19,7 @@
 # LEARNER_DEVICE (default: DEVICE, colocated; cuda:1 on a machine with two GPUs), into $OUT/run_overlap.
 # Then (5.) configs/smollm2_math.yaml for SMOLLM2_STEPS steps on DEVICE when its model and data packages are here,
 # and (6.) one 32k (and 64k) sample of the Qwen2.5-0.5B shape through the learner, peak memory against `ulorl plan`.
+# (7.) the paged torch engine's figures: decode against the bandwidth floor, 128 rows at 16k, segment rollout M=1-8.
 # Results: $OUT/gpu_engine_check.json, $OUT/run/metrics.jsonl, $OUT/gpu_check.json; copy the printed tables into
 # docs/scale.md.
 set -euo pipefail
@@ -246,6 +247,30 @@ if (out / "gpu_learner_long.json").exists():
         got = r.get("measured_increment_gib")
         print(f"gpu_check: learner_long L={r['length']}: predicted {r['predicted_increment_gib']:.2f} GiB, measured "
               f"{'-' if got is None else f'{got:.2f}'} GiB{' (' + r['skipped'] + ')' if 'skipped' in r else ''}")
+EOF
+fi
+# -- 7. the paged torch engine's figures (issue 26) -------------------------------------------------------------
+# benchmarks/gpu_paged_check.py: device bandwidth; decode ms/iteration of the Qwen2.5-0.5B shape (random bf16
+# weights) at 64 and 256 rows x 2k/8k/32k contexts next to the bandwidth floor; a Qwen3-1.7B-shaped batch of 128
+# rows at 16k (long tail) in the pool that slots need for 25 rows; segment rollout M = 1, 4, 2, 8 on 32 groups x 8
+# (L = 16k, mean length L/8), trained samples/s. Parts start within PAGED_BUDGET seconds (default 240; the JSON
+# is rewritten after each part, and PAGED_TIMEOUT, default 330 s, ends it). Into $OUT/gpu_check.json
+# ("paged_engine"), quoted by docs/scale.md. DEVICE=cpu: tiny shapes (a dry run). PAGED=0 skips it.
+if [ "${PAGED:-1}" = 1 ]; then
+PAGED_QUICK=""; [ "$DEVICE" = cpu ] && PAGED_QUICK="--quick"
+timeout "${PAGED_TIMEOUT:-330}" "$PYTHON" benchmarks/gpu_paged_check.py --device "$DEVICE" $PAGED_QUICK \
+    --budget-s "${PAGED_BUDGET:-240}" --out "$OUT/gpu_paged_check.json" > "$OUT/gpu_paged_check.log" 2>&1 \
+    || FAILED="${FAILED:+$FAILED; }paged engine check (log: $OUT/gpu_paged_check.log)"
+grep -v '^{' "$OUT/gpu_paged_check.log" | tail -n 16 | cut -c1-400
+"$PYTHON" - "$OUT" <<'EOF'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+if (out / "gpu_paged_check.json").exists():
+    path = out / "gpu_check.json"
+    summary = json.loads(path.read_text()) if path.exists() else {}
+    summary["paged_engine"] = json.loads((out / "gpu_paged_check.json").read_text())
+    path.write_text(json.dumps(summary, indent=1))
 EOF
 fi
 if [ -n "$FAILED" ]; then

@@ -28,7 +28,7 @@ import torch
 
 from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams, check_prefixes, load_weights
 from ulorl.rollout.engines.torch.block_manager import BlockManager
-from ulorl.rollout.engines.torch.kv_cache import PagedKVCache, check_budget, pool_blocks
+from ulorl.rollout.engines.torch.kv_cache import GIB, PagedKVCache, check_budget, physical_memory_bytes, pool_blocks
 from ulorl.rollout.engines.torch.runner import ModelRunner
 from ulorl.rollout.engines.torch.scheduler import Scheduler
 
@@ -80,7 +80,10 @@ class TorchEngine:
         dev = self.runner.device
         if self.cache is None or not self.cache.fits(shape, self.block_size, dev):
             self.cache = None  # free the old pool before allocating the new one
-            n = pool_blocks(shape, self.block_size, self.kv_cache_gib)
+            gib = self.kv_cache_gib
+            if dev.type == "cpu":  # a pool beyond the machine's RAM could never be filled
+                gib = min(gib, physical_memory_bytes() / GIB)
+            n = pool_blocks(shape, self.block_size, gib)
             self.cache = PagedKVCache(shape, self.block_size, n, dev)
             self.blocks = BlockManager(n, self.block_size, dev)
         return self.cache, self.blocks

@@ -17,6 +17,7 @@ settings before any work, instead of the OS killing the run halfway through.
 from __future__ import annotations
 
 import mmap
+import os
 from dataclasses import dataclass
 
 import torch
@@ -63,12 +64,25 @@ def check_budget(shape: KVShape, block_size: int, tokens: int, budget_gib: float
             f"rollout.max_response_len (sequences beyond what fits at once wait, or are preempted and resumed)")
 
 
+MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux's value; not exported by every Python
+
+
+def physical_memory_bytes() -> int:
+    """The machine's RAM (a CPU pool larger than this could never be committed)."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 1 << 62
+
+
 def _zeroed(numel: int, dtype: torch.dtype, device: torch.device) -> tuple[torch.Tensor, object]:
-    """A zero tensor of `numel` elements; on CPU, anonymous memory committed only where it is written."""
+    """A zero tensor of `numel` elements; on CPU, anonymous memory committed only where it is written (mapped
+    without swap reservation, so a budget larger than what is free does not fail up front)."""
     if device.type != "cpu":
         return torch.zeros(numel, dtype=dtype, device=device), None
     itemsize = torch.empty((), dtype=dtype).element_size()
-    buf = mmap.mmap(-1, max(numel * itemsize, 1))
+    flags = mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | (MAP_NORESERVE if os.name == "posix" else 0)
+    buf = mmap.mmap(-1, max(numel * itemsize, 1), flags=flags)
     return torch.frombuffer(buf, dtype=dtype, count=numel), buf
 
 

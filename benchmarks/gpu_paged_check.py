@@ -1,0 +1,273 @@
+"""The paged torch engine's GPU figures (issue 26), one JSON: decode cost against the bandwidth floor, segment
+rollout on a long-tailed workload, and a batch that slots could not hold.
+
+Models are built here from transformers configs with random bfloat16 weights (nothing downloaded; random weights
+time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
+
+1. `bandwidth`: the device's read bandwidth, `sum` over a 4 GiB bfloat16 tensor (median of 5).
+2. `decode`: the Qwen2.5-0.5B shape (24 layers, hidden 896, 14 heads, 2 KV heads), 64 and 256 rows at contexts
+   of 2k, 8k and 32k: ms per decode iteration (sampling included; rows set up in the pool directly, not
+   prefilled), next to the floor (weight bytes + KV bytes read) / bandwidth. Target: <= 2x the floor at 256
+   rows. A combination whose KV does not fit in 80% of the free memory is skipped (and says so).
+3. `slots_vs_paged`: the Qwen3-1.7B shape, 128 rows of 16k-token answers with a long tail (geometric, mean 2k),
+   the first 4k-token segment, in a pool the size that slots would need for 25 rows x 16k: the pool's peak,
+   the tokens alive then, and preemptions.
+4. `segment_rollout`: the 0.5B shape, `SegmentRollout` with 32 groups x 8 per round, L = 16k, geometric
+   lengths with mean L/8, M = 1, 4, 2, 8 (in that order), each until 256 samples finished: trained (finished)
+   samples per second of rollout and decoded tokens/s. Target: M = 4 >= 1.6x M = 1. Seconds per sample leave
+   out the work left in the unfinished pool (M > 1), which favours M = 1.
+
+Parts run in the order 1, 2, 3, 4 within `--budget-s` (default 300 s): a part that would start after the budget
+is skipped and recorded as skipped; the JSON is rewritten after every part, so a run cut short by a timeout
+keeps what it measured. `--quick`: tiny shapes and lengths, a dry run of the script (CPU).
+
+    python benchmarks/gpu_paged_check.py [--device cuda] [--quick] [--budget-s 300] [--out gpu_paged_check.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+
+import torch
+
+from benchlib import emit, machine, write_result
+from forced_eos import HazardEOS
+
+GIB = 1024**3
+SHAPES = {
+    "qwen2.5-0.5b": dict(model_type="qwen2", hidden_size=896, num_hidden_layers=24, num_attention_heads=14,
+                         num_key_value_heads=2, intermediate_size=4864, vocab_size=151936),
+    "qwen3-1.7b": dict(model_type="qwen3", hidden_size=2048, num_hidden_layers=28, num_attention_heads=16,
+                       num_key_value_heads=8, head_dim=128, intermediate_size=6144, vocab_size=151936),
+}
+QUICK = {  # the same model types, tiny
+    "qwen2.5-0.5b": dict(model_type="qwen2", hidden_size=64, num_hidden_layers=2, num_attention_heads=2,
+                         num_key_value_heads=1, intermediate_size=128, vocab_size=512),
+    "qwen3-1.7b": dict(model_type="qwen3", hidden_size=64, num_hidden_layers=2, num_attention_heads=4,
+                       num_key_value_heads=2, head_dim=16, intermediate_size=128, vocab_size=512),
+}
+
+
+def sync(dev: torch.device) -> None:
+    if dev.type == "cuda":
+        torch.cuda.synchronize(dev)
+
+
+def build_model(shape: dict, dev: torch.device, dtype: torch.dtype):
+    """A causal LM of `shape` with random weights, on `dev` in `dtype`."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    kw = dict(shape)
+    cfg = AutoConfig.for_model(kw.pop("model_type"), tie_word_embeddings=True, max_position_embeddings=65536, **kw)
+    torch.manual_seed(0)
+    with torch.device(dev):
+        model = AutoModelForCausalLM.from_config(cfg)
+    return model.to(dtype).eval()
+
+
+def weight_bytes(model) -> int:
+    seen, total = set(), 0
+    for p in model.parameters():
+        if p.data_ptr() not in seen:
+            seen.add(p.data_ptr())
+            total += p.numel() * p.element_size()
+    return total
+
+
+def bandwidth(dev: torch.device, gib: float) -> dict:
+    x = torch.ones(int(gib * GIB) // 2, dtype=torch.bfloat16, device=dev)
+    times = []
+    for _ in range(6):
+        sync(dev)
+        t0 = time.perf_counter()
+        x.sum()
+        sync(dev)
+        times.append(time.perf_counter() - t0)
+    s = statistics.median(times[1:])
+    del x
+    return {"bytes": int(gib * GIB), "seconds": s, "bytes_per_s": gib * GIB / s}
+
+
+def engine_for(model, kv_gib: float, max_batch: int):
+    from ulorl.rollout.engines.torch import TorchEngine
+
+    eos = model.config.vocab_size - 1
+    return TorchEngine(model, [eos], max_batch=max_batch, kv_cache_gib=kv_gib), eos
+
+
+def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int) -> dict:
+    """ms per decode iteration of `rows` rows whose contexts are `ctx` tokens (set up in the pool, not prefilled)."""
+    from ulorl.rollout.engines import SamplingParams
+
+    bpt = model.config.num_hidden_layers * 2 * model.config.num_key_value_heads * \
+        getattr(model.config, "head_dim", model.config.hidden_size // model.config.num_attention_heads) * 2
+    tokens = rows * (ctx + iters + 64)
+    eng, eos = engine_for(model, tokens * bpt / GIB * 1.02 + 0.01, rows)
+    cache, blocks = eng._pool_for(ctx + iters + 1)
+    sched = eng.scheduler_cls(eng.runner, cache, blocks, eng.stats, [[1] * ctx for _ in range(rows)], iters + 8,
+                              SamplingParams(temperature=1.0), 0, [eos], rows, 1, None)
+    for s in list(sched.waiting):
+        s.blocks = blocks.allocate(blocks.blocks_for(ctx), s.index)
+        s.cached, s.tokens, s.logprobs = ctx, [1], [0.0]
+    sched.running, sched.waiting = list(sched.waiting), type(sched.waiting)()
+    with torch.no_grad():
+        for _ in range(2):  # warm-up
+            sched._sample(sched._decode())
+        sync(dev)
+        t0 = time.perf_counter()
+        for _ in range(iters):
+            sched._sample(sched._decode())
+        sync(dev)
+    ms = (time.perf_counter() - t0) / iters * 1000
+    mean_ctx = ctx + 2 + iters / 2
+    kv_read = rows * mean_ctx * bpt
+    del sched, eng, cache, blocks
+    return {"rows": rows, "context": ctx, "ms_per_iteration": ms, "kv_bytes_read": kv_read}
+
+
+def free_bytes(dev: torch.device) -> int:
+    if dev.type == "cuda":
+        return torch.cuda.mem_get_info(dev)[0]
+    return 8 * GIB
+
+
+def slots_vs_paged(model, dev, rows: int, cap: int, segment: int, mean: float, slot_rows: int) -> dict:
+    """`rows` rows with geometric lengths (mean `mean`, cap `cap`), the first `segment` tokens, in a pool of the
+    size slots need for `slot_rows` rows of `cap` tokens."""
+    from ulorl.rollout.engines import SamplingParams
+
+    prompt = 64
+    bpt = model.config.num_hidden_layers * 2 * model.config.num_key_value_heads * model.config.head_dim * 2
+    slot_gib = slot_rows * (prompt + cap) * bpt / GIB
+    eng, eos = engine_for(model, slot_gib, rows)
+    HazardEOS.install(eng, mean, eos)
+    prefixes = [[5 + (i * 7 + j) % 400 for j in range(prompt)] for i in range(rows)]
+    sync(dev)
+    t0 = time.perf_counter()
+    outs = eng.generate(prefixes, segment, SamplingParams(temperature=1.0), seed=0)
+    sync(dev)
+    x = eng.stats.extra
+    return {"rows": rows, "cap": cap, "segment": segment, "mean_length": mean, "slot_rows_of_pool": slot_rows,
+            "pool_gib": slot_gib, "slots_needed_gib": rows * (prompt + cap) * bpt / GIB,
+            "peak_kv_gib": x.get("peak_blocks", 0) * eng.cache.block_bytes / GIB,
+            "live_tokens_at_peak": x.get("live_tokens_at_peak", 0), "preemptions": x.get("preemptions", 0),
+            "finished_in_segment": sum(o.eos for o in outs), "seconds": time.perf_counter() - t0}
+
+
+def segment_rollout(model, dev, m: int, L: int, groups: int, target: int) -> dict:
+    from ulorl.data.records import PromptRecord
+    from ulorl.rollout.engines import SamplingParams
+    from ulorl.rollout.pools import UnfinishedPool
+    from ulorl.rollout.prompt_source import PromptSource
+    from ulorl.rollout.segment import SegmentRollout
+
+    bpt = model.config.num_hidden_layers * 2 * model.config.num_key_value_heads * \
+        (model.config.hidden_size // model.config.num_attention_heads) * 2
+    kv_gib = min(0.6 * free_bytes(dev), groups * 8 * (L + 64) * bpt) / GIB
+    eng, eos = engine_for(model, kv_gib, groups * 8)
+    HazardEOS.install(eng, L / 8, eos)
+    records = [PromptRecord(prompt_id=i, prompt_tokens=[5 + (i * 7 + j) % 400 for j in range(64)], prompt_text="",
+                            ground_truth="0", data_source="gpu_check") for i in range(4096)]
+    ro = SegmentRollout(eng, PromptSource(records, seed=0), SamplingParams(temperature=1.0), group_size=8,
+                        decode_batch=groups * 8, max_response_len=L, num_segments=m, seed=0)
+    pool, done, lengths, rounds, decoded = UnfinishedPool(), 0, [], 0, 0
+    sync(dev)
+    t0 = time.perf_counter()
+    while done < target:
+        res = ro.round(pool, rounds, rounds)
+        rounds += 1
+        done += len(res.finished)
+        decoded += res.decoded_tokens
+        lengths += [t.response_len for t in res.finished]
+    sync(dev)
+    dt = time.perf_counter() - t0
+    return {"M": m, "samples": done, "seconds": dt, "samples_per_s": done / dt, "decoded_tokens_per_s": decoded / dt,
+            "rounds": rounds, "mean_len": sum(lengths) / len(lengths), "max_len": max(lengths),
+            "preemptions": eng.stats.extra.get("preemptions", 0)}
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--device", default="cuda")
+    p.add_argument("--quick", action="store_true", help="tiny shapes: a dry run of the script (CPU)")
+    p.add_argument("--budget-s", type=float, default=300.0)
+    p.add_argument("--out", default=None)
+    args = p.parse_args()
+    dev = torch.device(args.device)
+    if dev.type == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("gpu_paged_check: torch sees no CUDA device (use --device cpu --quick for a dry run)")
+    if dev.type == "cpu":
+        torch.set_num_threads(1)
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.set_verbosity_error()
+    t_start = time.perf_counter()
+    left = lambda: args.budget_s - (time.perf_counter() - t_start)  # noqa: E731
+    shapes = QUICK if args.quick else SHAPES
+    q = args.quick
+    res: dict = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "quick": q,
+                 "torch": torch.__version__, "skipped": []}
+    res["bandwidth"] = bw = bandwidth(dev, 0.0625 if q else 4.0)
+    print(f"bandwidth: {bw['bytes_per_s'] / 1e9:.0f} GB/s", file=sys.stderr, flush=True)
+    save = lambda: write_result(res, args.out)  # noqa: E731  (after every part: a timeout keeps what was measured)
+
+    small = build_model(shapes["qwen2.5-0.5b"], dev, torch.bfloat16)
+    wb = weight_bytes(small)
+    res["decode"] = []
+    for rows in ((4, 8) if q else (64, 256)):
+        for ctx in ((64, 256) if q else (2048, 8192, 32768)):
+            bpt = 24 * 2 * 2 * 64 * 2
+            if not q and rows * (ctx + 100) * bpt > 0.8 * free_bytes(dev):
+                res["skipped"].append(f"decode {rows} x {ctx}: KV over 80% of free memory")
+                continue
+            if left() < 0:
+                res["skipped"].append(f"decode {rows} x {ctx}: budget")
+                continue
+            r = decode_ms(small, dev, rows, ctx, 4 if q else 20)
+            r["floor_ms"] = (wb + r["kv_bytes_read"]) / bw["bytes_per_s"] * 1000
+            r["over_floor"] = r["ms_per_iteration"] / r["floor_ms"]
+            res["decode"].append(r)
+            print(f"decode {rows} x {ctx}: {r['ms_per_iteration']:.2f} ms/iteration, floor {r['floor_ms']:.2f} ms "
+                  f"({r['over_floor']:.1f}x)", file=sys.stderr, flush=True)
+            save()
+            if dev.type == "cuda":
+                torch.cuda.empty_cache()
+
+    if left() > 0:
+        big = build_model(shapes["qwen3-1.7b"], dev, torch.bfloat16)
+        res["slots_vs_paged"] = r = slots_vs_paged(big, dev, 8 if q else 128, 256 if q else 16384,
+                                                   64 if q else 4096, 32 if q else 2048, 2 if q else 25)
+        print(f"128 rows at 16k: peak KV {r['peak_kv_gib']:.2f} GiB in a pool of {r['pool_gib']:.2f} GiB (slots for "
+              f"{r['slot_rows_of_pool']} rows; all rows in slots: {r['slots_needed_gib']:.1f} GiB), "
+              f"{r['preemptions']} preemptions", file=sys.stderr, flush=True)
+        save()
+        del big
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    else:
+        res["skipped"].append("slots_vs_paged: budget")
+
+    res["segment_rollout"] = {}
+    for m in (1, 4, 2, 8):
+        if left() < 0:
+            res["skipped"].append(f"segment_rollout M={m}: budget")
+            continue
+        r = segment_rollout(small, dev, m, 256 if q else 16384, 2 if q else 32, 16 if q else 256)
+        res["segment_rollout"][str(m)] = r
+        save()
+        print(f"segment rollout M={m}: {r['samples_per_s']:.2f} samples/s, {r['decoded_tokens_per_s']:.0f} tokens/s",
+              file=sys.stderr, flush=True)
+    sr = res["segment_rollout"]
+    for m in ("2", "4", "8"):
+        if m in sr and "1" in sr:
+            sr[f"speedup_M{m}"] = sr[m]["samples_per_s"] / sr["1"]["samples_per_s"]
+    res["machine"] = machine()
+    res["elapsed_s"] = time.perf_counter() - t_start
+    return emit(res, args.out)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
