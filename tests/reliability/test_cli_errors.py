@@ -205,8 +205,9 @@ def test_clean_binary_parquet_prompt_is_written_as_text(tmp_path, capsys):
 
 
 def test_a_kv_cache_over_budget_stops_at_start_in_one_line(tmp_path, capsys):
-    # 64 slots x (10-token prompts + 160) x 1,536 bytes per token = 16.7 MB > 1 MB: refused before any rollout
-    rc, err = run(["train", "-o", str(tmp_path / "run"), *QUICK, "rollout.kv_cache_gib=0.001"], capsys)
+    # one sequence of a 10-token prompt + 160 new tokens: 6 blocks of 32 x 1,536 bytes per token = 295 KB > 105 KB
+    # (the paged pool needs room for one sequence; more rows than fit wait or are preempted): refused at start
+    rc, err = run(["train", "-o", str(tmp_path / "run"), *QUICK, "rollout.kv_cache_gib=0.0001"], capsys)
     assert rc != 0
-    assert_one_line(err, "train", "rollout.kv_cache_gib=0.001", "rollout.max_batch")
+    assert_one_line(err, "train", "rollout.kv_cache_gib=0.0001", "rollout.max_response_len")
     assert not list((tmp_path / "run").glob("checkpoints/step_*"))
