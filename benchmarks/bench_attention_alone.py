@@ -4,7 +4,8 @@ The shapes of the `builtin:long` model's decode step, one layer: a query of 2 KV
 32 dims against K/V of 2 heads x `e` positions x 32 dims, float32 (512 bytes of K/V per position), read
 as views of one slot of a slot cache. Two ways of
 computing it, alternating so drift cancels:
-- `sdpa`: `F.scaled_dot_product_attention`, what `decoder.SlotDecoder.decode` calls;
+- `sdpa`: `F.scaled_dot_product_attention`, what the slot engine's decoder called (before the paged engine,
+  issue 26; its numbers are kept in docs/benchmarks.md);
 - `matmul`: an explicit `softmax(q k^T * scale) v`.
 
 Reported per context length: microseconds per call (median over `--passes` passes of `--calls` calls each,

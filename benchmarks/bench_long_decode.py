@@ -112,7 +112,7 @@ def longest_only(n: int) -> int:
     toks = sum(len(o.tokens) for o in outs)
     print(json.dumps({"new_tokens": n, "tokens": toks, "wall_s": wall, "cpu_s": cpu, "tokens_per_s_wall": toks / wall,
                       "tokens_per_s_cpu": toks / cpu, "ms_per_iter_cpu": 1000 * cpu / n,
-                      "kv_cache_mib": eng.cache.nbytes / 2**20, "rss_before_mib": rss0,
+                      "kv_cache_mib": eng.stats.extra["peak_blocks"] * eng.cache.block_bytes / 2**20,  # blocks in use "rss_before_mib": rss0,
                       "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
     return 0
 
@@ -157,7 +157,7 @@ def main() -> int:
                 per_iter[k][n].append((time.process_time() - c0) / max(got // ROWS, 1))
                 print(f"{k:7s} N={n:5d}  {1000 * per_iter[k][n][-1]:.2f} ms/iteration", file=sys.stderr, flush=True)
     bw = bandwidth_gbs()
-    bpt = torch_eng.decoder.kv_shape().bytes_per_token
+    bpt = torch_eng.runner.kv_shape().bytes_per_token
     mean_prompt = statistics.mean(map(len, prefixes))
 
     def floor_ms(n: int) -> float:  # KV bytes read per iteration (mean context over the run) / bandwidth

@@ -59,7 +59,9 @@ def load_old_engine(commit: str):
 
 def old_forced(old, eng, lengths: list[int], eos_id: int) -> None:
     """The slot engine with the same forced EOS: its `_Run` replaces a row's token by `eos_id` at its length."""
-    class Run(old._Run):
+    base = old.__dict__.setdefault("_PlainRun", old._Run)  # not a previous workload's subclass
+
+    class Run(base):
         def _retire(self, tok):
             for i, r in enumerate(self.req):
                 if self.n_new[r] >= lengths[r]:

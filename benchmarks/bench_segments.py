@@ -43,8 +43,8 @@ class Probe:
     """Per-step phase times (CPU and wall) and the engine's work, measured from outside the package.
 
     Wraps `rollout.round`, `reward.score` and `learner.update`, and the engine's forward passes: for the torch
-    engine its decoder's `prefill` (packed real tokens) and `decode` (the context positions its attention reads:
-    rows alone over their own length, the rest over the span of the longest of them); for the hf engine a hook on the model's forward (more than one input position: a prefill of B x P padded
+    engine its runner's `prefill` (packed real tokens) and `decode` (the context positions its attention reads:
+    each row its own context); for the hf engine a hook on the model's forward (more than one input position: a prefill of B x P padded
     tokens; one position: a decode iteration over B rows attending to the attention-mask length).
     """
 
