@@ -2,7 +2,8 @@
 
 - the process learner computes the same update as the in-process one (same weights, same metrics);
 - the schedule is fixed by the step number: the batch trained at step s (s >= 2) was decoded with the
-  weights of update s - 2 at the newest (s - 1 in sync mode), and a run reproduces with its seed;
+  weights of update s - 2 at the newest (s - 1 in sync mode; older when the batch is leftovers of earlier
+  rounds), and a run reproduces with its seed;
 - a run stopped at a step boundary and resumed equals the uninterrupted run (samples, metrics,
   weights, pools): the filled pool of the next step is part of the checkpoint;
 - the overlap metrics are logged; configurations the mode cannot run fail at load.
@@ -94,14 +95,18 @@ def test_the_schedule_is_fixed_by_the_step_number(overlap_run, eos_model, tmp_pa
     newest = {}
     for r in R.samples(overlap_run):
         newest[r["step"]] = max(newest.get(r["step"], 0), max(r["versions"]))
-    assert newest[1] == 0
-    assert all(newest[s] == s - 2 for s in range(2, N + 1)), newest  # decoded during update s - 1, on W_{s-2}
+    # the rounds that run during update s - 1 decode on W_{s-2}: nothing trained at step s is newer. A step's
+    # batch may also be all leftovers (FIFO) from earlier rounds, so the bound need not be reached every step.
+    assert newest[1] == 0 and newest[2] == 0
+    assert all(newest[s] <= s - 2 for s in range(2, N + 1)), newest
+    assert any(newest[s] == s - 2 for s in range(3, N + 1)), newest  # and the pipeline does reach it
     sync = tmp_path / "sync"
     _run(eos_model, sync, f"train.steps={N}")
     sync_newest = {}
     for r in R.samples(sync):
         sync_newest[r["step"]] = max(sync_newest.get(r["step"], 0), max(r["versions"]))
-    assert all(sync_newest[s] == s - 1 for s in range(1, N + 1)), sync_newest
+    assert all(sync_newest[s] <= s - 1 for s in range(1, N + 1)), sync_newest  # sync: on W_{s-1} at the newest
+    assert sync_newest != newest  # the two schedules differ
     # and the same seed gives the same run, whatever the timing of the two processes
     again = tmp_path / "again"
     _run(eos_model, again, f"train.steps={N}", f"checkpoint.keep={N}", OVERLAP)
@@ -166,7 +171,7 @@ def test_a_micro_batch_moves_every_tensor_to_the_models_device():
     moved = mb.to(torch.device("meta"))
     for f in fields(mb):
         got = getattr(moved, f.name)
-        if f.name == "pad_tokens":
-            assert got == mb.pad_tokens
+        if not isinstance(getattr(mb, f.name), torch.Tensor):  # counts and absent optional tensors stay as they are
+            assert got == getattr(mb, f.name), f.name
         else:
             assert got.device.type == "meta" and got.shape == getattr(mb, f.name).shape, f.name
