@@ -135,12 +135,13 @@ class PlainCE:
         mark("collate")
         for mb in self.mbs:
             if self.gather:
-                hidden = self.model.base_model(input_ids=mb.input_ids,
-                                               attention_mask=mb.attention_mask).last_hidden_state
+                hidden = self.model.base_model(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
+                                               position_ids=mb.position_ids, use_cache=False).last_hidden_state
                 mark("body_forward")
                 logits = self.model.get_output_embeddings()(hidden[mb.hidden_rows, mb.hidden_cols])
             else:
-                logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask).logits
+                logits = self.model(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
+                                    position_ids=mb.position_ids, use_cache=False).logits
                 mark("body_forward")
                 logits = logits[mb.hidden_rows, mb.hidden_cols]
             loss = F.cross_entropy(logits.float() / TEMPERATURE, mb.targets, reduction="sum") / self.n_tokens
@@ -175,7 +176,7 @@ def overhead(model_path: str, trajs, args) -> dict:
     ln = LocalLearner(model, train, AlgoConfig(), temperature=TEMPERATURE, pad_id=0)
     rewards = torch.tensor([float(t.reward or 0.0) for t in trajs])
     adv = group_advantages(rewards, [t.group_id for t in trajs])
-    mbs = make_micro_batches(trajs, adv, 1, 0, train.micro_batch_tokens)
+    mbs = make_micro_batches(trajs, adv, 1, 0, train.micro_batch_tokens, packed=train.packing)
     base = {"ce_full": PlainCE(model, train, mbs, gather=False), "ce_gather": PlainCE(model, train, mbs, gather=True)}
     runs = {"ours": lambda: ln.update(trajs, 1), "ce_full": base["ce_full"].step, "ce_gather": base["ce_gather"].step}
     for _ in range(args.warmup):
@@ -239,27 +240,31 @@ def padding(trajs, budgets: list[int]) -> dict:
         mbs = make_micro_batches(trajs, zero, 1, 0, b)
         pad = sum(mb.pad_tokens for mb in mbs) / sum(mb.input_ids.numel() for mb in mbs)
         out[f"budget_{b}"] = {"pad_ratio": pad, "micro_batches": len(mbs)}
+        out[f"packed_{b}"] = {"pad_ratio": 0.0, "micro_batches": len(make_micro_batches(trajs, zero, 1, 0, b,
+                                                                                         packed=True))}
     return out
 
 
 def budget_times(model_path: str, trajs, budgets: list[int], repeats: int) -> dict:
-    """CPU/wall seconds of `Learner.update` per micro-batch token budget (alternating budgets)."""
+    """CPU/wall seconds of `Learner.update` per micro-batch token budget, padded (`budget_B`) and packed
+    (`packed_B`, `train.packing`), alternating."""
     from ulorl.models import load_model
 
     model = load_model(model_path)
-    lns = {b: LocalLearner(model, TrainConfig(lr=1e-6, micro_batch_tokens=b), AlgoConfig(),
-                           temperature=TEMPERATURE, pad_id=0) for b in budgets}
+    lns = {f"{'packed' if packed else 'budget'}_{b}": LocalLearner(
+        model, TrainConfig(lr=1e-6, micro_batch_tokens=b, packing=packed), AlgoConfig(), temperature=TEMPERATURE,
+        pad_id=0) for b in budgets for packed in (False, True)}
     for ln in lns.values():
         ln.update(trajs, 1)
-    wall = {b: [] for b in budgets}
-    cpu = {b: [] for b in budgets}
+    wall = {b: [] for b in lns}
+    cpu = {b: [] for b in lns}
     for _ in range(repeats):
         for b, ln in lns.items():
             w, c = timed(lambda: ln.update(trajs, 1))
             wall[b].append(w)
             cpu[b].append(c)
-    return {f"budget_{b}": {"cpu_s": statistics.median(cpu[b]), "wall_s": statistics.median(wall[b]),
-                            "cpu_min_s": min(cpu[b])} for b in budgets}
+    return {b: {"cpu_s": statistics.median(cpu[b]), "wall_s": statistics.median(wall[b]),
+                "cpu_min_s": min(cpu[b])} for b in lns}
 
 
 def main() -> int:

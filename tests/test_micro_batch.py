@@ -59,16 +59,35 @@ def grads_and_metrics(ln, batch, keep=None):
     return seen, m
 
 
-def learner(model_dir, **train):
-    return LocalLearner(load_model(model_dir), TrainConfig(lr=1e-3, **train),
+def learner(model_dir, attn="sdpa", **train):
+    model = load_model(model_dir)
+    model.set_attn_implementation(attn)
+    return LocalLearner(model, TrainConfig(lr=1e-3, **train),
                         AlgoConfig(is_mode="sais", entropy_mask="dmmpt", sigma=10.0), temperature=0.85, pad_id=0)
 
 
-@pytest.mark.parametrize("budget", [32, 10_000])  # several packed rows (and one sample over the budget); one row
-def test_packed_gradient_equals_padded(tiny_model_dir, batch, budget):
+# several packed rows (and one sample over the budget) or one row; sdpa: attention per sample
+# (ulorl.learners.varlen), eager: transformers' dense block-causal mask from the restarting position ids
+@pytest.mark.parametrize("budget,attn", [(32, "sdpa"), (10_000, "sdpa"), (32, "eager")])
+def test_packed_gradient_equals_padded(tiny_model_dir, batch, budget, attn, monkeypatch):
     keep = [True, True, False, True, True, True]
-    g_pad, m_pad = grads_and_metrics(learner(tiny_model_dir, micro_batch_tokens=budget, packing=False), batch, keep)
-    g_pack, m_pack = grads_and_metrics(learner(tiny_model_dir, micro_batch_tokens=budget, packing=True), batch, keep)
+    g_pad, m_pad = grads_and_metrics(learner(tiny_model_dir, attn, micro_batch_tokens=budget, packing=False), batch,
+                                     keep)
+    packed = learner(tiny_model_dir, attn, micro_batch_tokens=budget, packing=True)
+    assert packed._varlen == (attn == "sdpa")
+    assert packed.model.config._attn_implementation == ("ulorl_varlen" if attn == "sdpa" else "eager")
+    from transformers import masking_utils
+
+    masks, packed_rows = [], []
+    real_mask, real_find = masking_utils.sdpa_mask, masking_utils.find_packed_sequence_indices
+    monkeypatch.setattr(masking_utils, "sdpa_mask", lambda *a, **k: (masks.append(1), real_mask(*a, **k))[1])
+    monkeypatch.setattr(masking_utils, "find_packed_sequence_indices",
+                        lambda p: (packed_rows.append(real_find(p) is not None), real_find(p))[1])
+    g_pack, m_pack = grads_and_metrics(packed, batch, keep)
+    if attn == "sdpa":  # a row of several samples builds no mask; the one-sample row [36] asks sdpa_mask (causal)
+        assert len(masks) == {32: 1, 10_000: 0}[budget]
+    else:  # the fallback reads the packed rows from the position ids (a dense block-causal mask)
+        assert any(packed_rows)
     assert m_pack["perf/pad_ratio"] == 0.0 and m_pad["perf/pad_ratio"] > 0
     if budget == 32:  # kept lengths 36, 22, 17, 10, 7 -> rows [36], [22, 10], [17, 7]
         assert m_pack["actor/micro_batches"] == 3

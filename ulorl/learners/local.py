@@ -20,6 +20,7 @@ shard exactly as one process would.
 
 from __future__ import annotations
 
+import contextlib
 import math
 
 import torch
@@ -29,6 +30,7 @@ from ulorl.algo.entropy_mask import ENTROPY_MASKS, EntropyMaskMode
 from ulorl.algo.logprobs import chunked_logprobs_entropy
 from ulorl.config import AlgoConfig, TrainConfig
 from ulorl.learners.micro_batch import MicroBatch, collate_padded, make_micro_batches, zero_loss_micro_batch
+from ulorl.learners.varlen import install_varlen, packed_forward
 from ulorl.trajectory import Trajectory
 
 __all__ = ["LocalLearner", "MicroBatch", "make_micro_batches", "zero_loss_micro_batch"]
@@ -44,6 +46,8 @@ class LocalLearner:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = torch.optim.AdamW(self.params, lr=train.lr, weight_decay=train.weight_decay)
         self.entropy_mask = ENTROPY_MASKS[EntropyMaskMode(algo.entropy_mask)]
+        # packed rows: attention once per sample (ulorl.learners.varlen) where the model's attention allows it
+        self._varlen = train.packing and train.sequence_parallel == 1 and install_varlen(model)
 
     # -- forward ---------------------------------------------------------------------------------
     def forward(self, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -54,11 +58,16 @@ class LocalLearner:
 
     def body(self, mb: MicroBatch) -> torch.Tensor:
         """`(rows, S, d)` last hidden states of the backbone (in `train.autocast`'s dtype). A packed micro-batch
-        has no attention mask: its position ids restart at each sample, which transformers turns into a
-        block-causal mask (`ulorl.learners.micro_batch`); `use_cache=False`, or that detection is skipped."""
-        with self._autocast():
+        has no attention mask: its position ids restart at each sample and its boundaries go to the attention
+        as `cu_seq_lens_q/k` (`ulorl.learners.micro_batch`, `ulorl.learners.varlen`); `use_cache=False`, or
+        transformers' packed-sequence detection (the fallback) is skipped."""
+        varlen = {}
+        if mb.seq_bounds is not None and self._varlen:  # several samples in the row
+            n = int((mb.seq_bounds[1:] - mb.seq_bounds[:-1]).max())
+            varlen = dict(cu_seq_lens_q=mb.seq_bounds, cu_seq_lens_k=mb.seq_bounds, max_length_q=n, max_length_k=n)
+        with self._autocast(), packed_forward() if varlen else contextlib.nullcontext():
             return self.model.base_model(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
-                                         position_ids=mb.position_ids, use_cache=False).last_hidden_state
+                                         position_ids=mb.position_ids, use_cache=False, **varlen).last_hidden_state
 
     def head_logprobs(self, mb: MicroBatch, hidden: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """`(b, T)` log-probs and entropies of the response tokens from the body's `(rows, S, d)` hidden states."""

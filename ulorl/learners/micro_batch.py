@@ -5,14 +5,14 @@ Two layouts (`train.packing`), the same loss and gradient (tested to 1e-5):
 - **padded**: length-sorted samples, one row each, right-padded to the longest of the micro-batch; the
   attention mask hides the pads. The split (`split_sorted`) keeps `rows x longest <= budget`.
 - **packed**: samples concatenated into one row of at most `budget` tokens, position ids restarting at 0
-  for each sample and no attention mask. transformers (5.x) reads the restarts in `position_ids`
-  (`masking_utils.find_packed_sequence_indices`) and builds a block-causal mask, so each sample attends
-  only within itself; RoPE sees each sample's own positions. No pad token at all. Rows are filled first-fit
-  in decreasing length. Measured on CPU (transformers 5.24, torch 2.13): `sdpa` and `eager` honour it;
-  `flex_attention` has no CPU backward. Under `sdpa`/`eager` a row holding several samples materialises an
-  `S x S` boolean mask (512 tokens: 256 KiB; 131,072: 16 GiB), so a large budget of short samples wants
-  `flash_attention_2` (which turns the same position ids into varlen attention) or the padded layout.
-  A row of one sample needs no mask (plain causal attention).
+  for each sample, no attention mask, and the samples' boundaries (`seq_bounds`, passed to the model as
+  flash-attn's `cu_seq_lens_q/k`). RoPE sees each sample's own positions; each sample attends only within
+  itself: `flash_attention_2` reads the boundaries natively (varlen), and an `sdpa` model is routed through
+  `ulorl.learners.varlen` (sdpa once per sample, no mask). Any other attention gets transformers' own
+  reading of the restarting position ids (`masking_utils.find_packed_sequence_indices`): a dense `S x S`
+  block-causal mask over the whole row (measured on CPU: 3x the padded update at 4,096 tokens).
+  `flex_attention` has no CPU backward (torch 2.13). No pad token at all. Rows are filled first-fit in
+  decreasing length; a row of one sample is plain causal attention.
 
 A sample longer than the budget is never split (its attention needs all of its positions in one pass):
 it gets a micro-batch of its own, so the budget is then per sample. Samples the overlong policy filtered
@@ -49,6 +49,7 @@ class MicroBatch:
     rewards: torch.Tensor  # (b,)
     advantages: torch.Tensor  # (b,)
     pad_tokens: int
+    seq_bounds: torch.Tensor | None = None  # packed, several samples: (b + 1,) int32 start of each sample, then S
 
     @property
     def packed(self) -> bool:
@@ -185,4 +186,6 @@ def collate_packed(trajs, advantages, version, pad_id, keep) -> MicroBatch:
     ids = torch.tensor([tok for t in trajs for tok in t.prompt_tokens + t.response_tokens], dtype=torch.long)[None]
     pos = torch.cat([torch.arange(n) for n in lens])[None]
     index = _response_index(trajs, [0] * len(trajs), starts)
-    return MicroBatch(ids, None, pos, *index, *_per_sample(trajs, version, keep), advantages, pad_tokens=0)
+    bounds = torch.tensor(starts + [sum(lens)], dtype=torch.int32) if len(trajs) > 1 else None
+    return MicroBatch(ids, None, pos, *index, *_per_sample(trajs, version, keep), advantages, pad_tokens=0,
+                      seq_bounds=bounds)
