@@ -41,7 +41,7 @@ def test_signals_to_the_process_group_do_not_reach_the_reward_workers():
         os.killpg(child.pid, signal.SIGINT)  # what Ctrl-C does
         time.sleep(0.2)
         os.killpg(child.pid, signal.SIGTERM)  # what `kill -- -PGID` or a job scheduler does
-        out, _ = child.communicate(timeout=120)
+        out, _ = child.communicate(timeout=900)
     finally:
         if child.poll() is None:
             child.kill()

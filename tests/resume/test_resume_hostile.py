@@ -165,7 +165,7 @@ write_history(run, {"entropy": [0.5] * 1000})
 def test_history_json_is_never_left_empty_by_a_full_disk(tmp_path):
     (tmp_path / "history.json").write_text('{"entropy": [1.0]}')
     out = subprocess.run([sys.executable, "-c", HISTORY_UNDER_A_FULL_DISK, str(tmp_path)], capture_output=True,
-                         text=True, timeout=120, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+                         text=True, timeout=900, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
     assert out.returncode == 0, out.stderr
     assert "could not write" in out.stdout + out.stderr
     assert (tmp_path / "history.json").read_text() == '{"entropy": [1.0]}'

@@ -73,7 +73,7 @@ class Child:
             os.kill(self.proc.pid, signal.SIGKILL)
         self.proc.join(60)
 
-    def join(self, timeout: float = 120.0) -> int:
+    def join(self, timeout: float = 900.0) -> int:  # a guard against a hang, far above any run here
         self.proc.join(timeout)
         if self.proc.exitcode is None:
             self.kill()
