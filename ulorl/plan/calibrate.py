@@ -199,6 +199,3 @@ def measure_reward(n: int = 256, clock: Clock | None = None) -> float:
     finally:
         mgr.close()
 
-
-def relative_errors(pred: list[float], meas: list[float]) -> np.ndarray:
-    return (np.asarray(pred) - np.asarray(meas)) / np.asarray(meas)
