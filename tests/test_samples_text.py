@@ -93,4 +93,4 @@ def test_ulorl_show_prints_a_step(tmp_path, capsys):
     assert all(r["sample_id"] not in out for r in recs if r["step"] == 1)
     # default: the last step; an absent step lists the ones logged
     assert main(["show", run]) == 0 and capsys.readouterr().out.startswith("step 2:")
-    assert main(["show", run, "--step", "9"]) == 0 and "steps logged: 1-2" in capsys.readouterr().out
+    assert main(["show", run, "--step", "9"]) == 2 and "steps logged: 1-2" in capsys.readouterr().err  # a user error
