@@ -44,8 +44,8 @@ def _median_time(fn, repeats: int, clock: Clock) -> float:
 
 def _prefill_timer(eng, model, clock: Clock, acc: dict) -> list:
     """Accumulate the prefill's time of each `generate` into `acc["prefill"]`; returns the callables that undo it."""
-    if hasattr(eng, "decoder"):  # torch engine: its packed prefill is one method
-        inner = eng.decoder.prefill
+    if hasattr(eng, "runner"):  # torch engine: its packed prefill is one method of the model runner
+        inner = eng.runner.prefill
 
         def timed(*a, **kw):
             t0 = clock()
@@ -54,8 +54,8 @@ def _prefill_timer(eng, model, clock: Clock, acc: dict) -> list:
             finally:
                 acc["prefill"] += clock() - t0
 
-        eng.decoder.prefill = timed
-        return [lambda: delattr(eng.decoder, "prefill")]
+        eng.runner.prefill = timed
+        return [lambda: delattr(eng.runner, "prefill")]
 
     def pre(module, args, kwargs):  # hf engine: the forward call with more than one input token
         acc["t0"] = clock()
