@@ -62,31 +62,35 @@ def test_compaction_moves_the_top_blocks_into_the_holes():
 
 
 def test_split_k_decode_attention_equals_sdpa_per_row():
-    """Loop version (SDPA over each row's gathered context) against the one-call split-K version, with shared
-    blocks, free blocks in the pool and partial last blocks."""
+    """Loop version (SDPA over each row's gathered context) against the split-K version, with shared blocks,
+    free blocks in the pool, partial last blocks and a run of consecutive blocks read as one view."""
     torch.manual_seed(0)
     hk, g, d, bs, nb = 2, 2, 8, 4, 12
-    kp, vp = torch.randn(nb, hk, bs, d), torch.randn(nb, hk, bs, d)
+    kp, vp = torch.randn(hk, nb, bs, d), torch.randn(hk, nb, bs, d)
     # row 0: shared block 5, own blocks 0, 3 (context 4 + 4 + 2 = 10); row 1: shared 5, own 2 (4 + 1 = 5);
-    # row 2: own 7, 1, 8 (4 + 4 + 3 = 11); blocks 4, 6, 9.. are free
-    tables = [[5, 0, 3], [5, 2], [7, 1, 8]]
-    ctx = [10, 5, 11]
-    shared = [1, 1, 0]
-    owner = torch.full((nb,), 3)
+    # row 2: own 7, 1, 8 (4 + 4 + 3 = 11); row 3: own 9, 10 as a run, then 4 (4 + 4 + 1 = 9); block 6 is free
+    tables = [[5, 0, 3], [5, 2], [7, 1, 8], [9, 10, 4]]
+    ctx = [10, 5, 11, 9]
+    shared = [1, 1, 0, 0]
+    owner = torch.full((nb,), 4)
     for r, t in enumerate(tables):
         owner[t[shared[r]:]] = r
     last_block = torch.tensor([t[-1] for t in tables])
     last_fill = torch.tensor([c - (len(t) - 1) * bs for c, t in zip(ctx, tables)])
-    srows = torch.tensor([r for r in range(3) for _ in range(shared[r])])
+    srows = torch.tensor([r for r in range(4) for _ in range(shared[r])])
     sblocks = torch.tensor([t[i] for r, t in enumerate(tables) for i in range(shared[r])])
-    q = torch.randn(3, hk, g, d)
-    plan = build_decode_plan(3, owner[:10], last_block, last_fill, bs, torch.float32, srows, sblocks)
-    got = paged_decode_attention(q, kp, vp, plan, 0.3)
-    for r, t in enumerate(tables):
-        k = kp[t].transpose(0, 1).reshape(hk, -1, d)[:, : ctx[r]]
-        v = vp[t].transpose(0, 1).reshape(hk, -1, d)[:, : ctx[r]]
-        want = F.scaled_dot_product_attention(q[r], k, v, scale=0.3)  # (hk, g, d)
-        assert torch.allclose(got[r], want, atol=1e-6), r
+    q = torch.randn(4, hk, g, d)
+    tok_k, tok_v = kp.view(hk, nb * bs, d), vp.view(hk, nb * bs, d)
+    plain = build_decode_plan(4, owner[:11], last_block, last_fill, bs, torch.float32, srows, sblocks)
+    with_run = build_decode_plan(4, owner[:11], last_block, last_fill, bs, torch.float32, srows, sblocks,
+                                 runs=[(3, 9, 2)], run_blocks=torch.tensor([9, 10]))
+    for plan in (plain, with_run):
+        got = paged_decode_attention(q, kp, vp, plan, 0.3, tok_k, tok_v)
+        for r, t in enumerate(tables):
+            k = kp[:, t].reshape(hk, -1, d)[:, : ctx[r]]
+            v = vp[:, t].reshape(hk, -1, d)[:, : ctx[r]]
+            want = F.scaled_dot_product_attention(q[r], k, v, scale=0.3)  # (hk, g, d)
+            assert torch.allclose(got[r], want, atol=1e-6), r
 
 
 def test_row_streams_are_deterministic_and_uniform():
@@ -195,3 +199,22 @@ def test_bfloat16_engine_keeps_a_synced_copy_and_float32_logprobs(fresh):
     assert w.dtype == torch.bfloat16
     assert torch.allclose(w.float(), shifted["model.embed_tokens.weight"], atol=1e-2)
     assert not torch.equal(model.model.embed_tokens.weight, shifted["model.embed_tokens.weight"])  # a copy
+
+
+def test_runs_of_consecutive_blocks_give_the_same_output(shaken, monkeypatch):
+    """Rows prefilled alone read their consecutive blocks as one view (CPU): the same tokens as the batched call
+    alone, also after compaction has moved blocks."""
+    import ulorl.rollout.engines.torch.engine as engine_mod
+
+    eos = list(range(400, 430))
+    prefixes = [[5 + (i * 11 + j) % 60 for j in range(30 + 9 * i)] for i in range(6)]  # 7 to 21 full blocks of 4
+    outs, stats = {}, {}
+    for min_blocks in (0, 2):
+        monkeypatch.setitem(engine_mod.RUN_MIN_BLOCKS, "cpu", min_blocks)
+        eng = TorchEngine(shaken, eos, block_size=4)
+        outs[min_blocks] = eng.generate(prefixes, 24, SamplingParams(greedy=True))
+        stats[min_blocks] = eng.stats.extra
+    assert [o.tokens for o in outs[2]] == [o.tokens for o in outs[0]]
+    assert len({len(o.tokens) for o in outs[0]}) > 1  # rows finish at different steps
+    for x, y in zip(outs[0], outs[2]):
+        assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4, rtol=0)

@@ -1,8 +1,8 @@
 """Attention over the paged KV cache: one ragged call per layer for decode, packed causal attention for prefill.
 
 Decode (`paged_decode_attention`) is split-K attention over blocks, as PagedAttention v2 / flash-decoding do:
-every block of the pool below the block manager's high-water mark is one batch entry of a single attention
-call, whose query is that block's owner row's query; the call returns each block's partial output and its
+every block of the pool below the block manager's high-water mark is one entry (a head, with the KV heads as
+the batch) of a single attention call, whose query is that block's owner row's query; the call returns each block's partial output and its
 log-sum-exp, and `merge_partials` combines the blocks of a row into its exact softmax over its whole context.
 No K/V is copied or gathered for blocks a row holds alone (the pool itself is the call's K/V); a row reads
 only its own blocks, a free block costs one entry whose result is dropped. The rows' last, partly filled
@@ -34,11 +34,14 @@ class DecodePlan:
 
     owner: `(W,)` long, for each pool block below the high-water mark W, the row that holds it alone, or n
         (no row: a free block, or a shared one, read through `shared_*`).
-    drop: `(W,)` bool, blocks whose result in the full-block call is dropped: no owner, or the owner's last
-        block (partly filled, read by the masked call over `last_block`).
-    last_block: `(n,)` long, each row's last block; last_mask `(n, 1, 1, block_size)` additive float mask:
+    drop: `(W,)` bool, blocks whose result in the full-block call is dropped: no owner, the owner's last block
+        (partly filled, read by the masked call over `last_block`), or a block of a run (below).
+    last_block: `(n,)` long, each row's last block; last_mask `(1, n, 1, block_size)` additive float mask:
         0 on its filled positions (this step's token included), -inf after.
     shared_rows, shared_blocks: `(S,)` long, (row, full block) pairs of shared prompt blocks.
+    runs: (row, first block, number of blocks) of rows whose first full blocks are consecutive in the pool,
+        read as one view of the token layout (a call per run; on CPU one call over a long run costs less than
+        its blocks as entries of the batched call).
     """
 
     n: int
@@ -48,23 +51,33 @@ class DecodePlan:
     last_mask: torch.Tensor
     shared_rows: torch.Tensor
     shared_blocks: torch.Tensor
+    runs: list[tuple[int, int, int]]
+    rows: torch.Tensor  # (W + n + S + len(runs),) the row of every partial result, in `paged_decode_attention`'s order
 
 
 def build_decode_plan(n: int, owner_row: torch.Tensor, last_block: torch.Tensor, last_fill: torch.Tensor,
-                      block_size: int, dtype: torch.dtype, shared_rows: torch.Tensor,
-                      shared_blocks: torch.Tensor) -> DecodePlan:
+                      block_size: int, dtype: torch.dtype, shared_rows: torch.Tensor, shared_blocks: torch.Tensor,
+                      runs: list[tuple[int, int, int]] | None = None, run_blocks: torch.Tensor | None = None
+                      ) -> DecodePlan:
     """The plan of a step.
 
     owner_row: `(W,)` long, the holder row of each block below the high-water mark, or n.
     last_block, last_fill: `(n,)` long, each row's last block and how many of its positions are filled after this
         step's write (1..block_size); every other block of a row is full.
+    runs, run_blocks: the runs and `(R,)` every block they cover (left out of the batched call).
     """
+    w = owner_row.shape[0]
     drop = owner_row >= n
-    drop[last_block] = True
+    drop[last_block[last_block < w]] = True  # blocks taken from the top of the pool lie above W
+    if run_blocks is not None and run_blocks.numel():
+        drop[run_blocks[run_blocks < w]] = True
     pos = torch.arange(block_size, device=owner_row.device)
     mask = torch.zeros((n, block_size), dtype=dtype, device=owner_row.device)
     mask.masked_fill_(pos[None, :] >= last_fill[:, None], float("-inf"))
-    return DecodePlan(n, owner_row, drop, last_block, mask[:, None, None, :], shared_rows, shared_blocks)
+    runs = runs or []
+    rows = torch.cat([owner_row, torch.arange(n, device=owner_row.device), shared_rows,
+                      torch.tensor([r for r, _, _ in runs], dtype=torch.long, device=owner_row.device)])
+    return DecodePlan(n, owner_row, drop, last_block, mask[None, :, None, :], shared_rows, shared_blocks, runs, rows)
 
 
 def attend_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
@@ -97,27 +110,37 @@ def merge_partials(o: torch.Tensor, lse: torch.Tensor, row: torch.Tensor, n: int
 
 
 def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.Tensor, plan: DecodePlan,
-                           scale: float) -> torch.Tensor:
+                           scale: float, k_tokens: torch.Tensor | None = None,
+                           v_tokens: torch.Tensor | None = None) -> torch.Tensor:
     """One decode step's attention for every row, each over its own blocks.
 
-    q `(n, H_kv, G, D)`; k_pool/v_pool `(num_blocks, H_kv, block_size, D)` -> `(n, H_kv, G, D)`.
-    Three calls whose partial results are merged: every full block below the high-water mark (the pool's own
-    view, no mask), the rows' last blocks (gathered, masked), the shared prompt blocks (gathered).
+    q `(n, H_kv, G, D)`; k_pool/v_pool `(H_kv, num_blocks, block_size, D)`; k_tokens/v_tokens the same memory as
+    `(H_kv, num_blocks x block_size, D)` (needed for `plan.runs`) -> `(n, H_kv, G, D)`.
+    The partial results merged: every full block below the high-water mark (one call with the blocks as
+    heads, the pool's own view, no mask), the rows' last blocks (gathered, masked), the shared prompt blocks
+    (gathered), and each run (a view).
     """
     w = plan.owner.shape[0]
     qpad = torch.cat([q, q.new_zeros((1, *q.shape[1:]))])
-    o, lse = attend_with_lse(qpad[plan.owner], k_pool[:w], v_pool[:w], None, scale)
-    parts_o, parts_lse = [o, None], [lse.masked_fill(plan.drop[:, None, None], float("-inf")), None]
-    rows = [plan.owner, torch.arange(plan.n, device=q.device)]
-    parts_o[1], parts_lse[1] = attend_with_lse(q, k_pool[plan.last_block], v_pool[plan.last_block], plan.last_mask,
-                                               scale)
+    o, lse = attend_with_lse(qpad[plan.owner].transpose(0, 1).contiguous(), k_pool[:, :w], v_pool[:, :w], None, scale)
+    parts_o = [o.transpose(0, 1)]  # (W, H_kv, G, D)
+    parts_lse = [lse.transpose(0, 1).masked_fill(plan.drop[:, None, None], float("-inf"))]
+    qt = q.transpose(0, 1).contiguous()  # (H_kv, n, G, D)
+    o, lse = attend_with_lse(qt, k_pool[:, plan.last_block], v_pool[:, plan.last_block], plan.last_mask, scale)
+    parts_o.append(o.transpose(0, 1))
+    parts_lse.append(lse.transpose(0, 1))
     if plan.shared_rows.numel():
-        so, slse = attend_with_lse(q[plan.shared_rows], k_pool[plan.shared_blocks], v_pool[plan.shared_blocks],
-                                   None, scale)
-        parts_o.append(so)
-        parts_lse.append(slse)
-        rows.append(plan.shared_rows)
-    return merge_partials(torch.cat(parts_o), torch.cat(parts_lse), torch.cat(rows), plan.n)
+        o, lse = attend_with_lse(qt[:, plan.shared_rows], k_pool[:, plan.shared_blocks], v_pool[:, plan.shared_blocks],
+                                 None, scale)
+        parts_o.append(o.transpose(0, 1))
+        parts_lse.append(lse.transpose(0, 1))
+    bs = k_pool.shape[2]
+    for r, first, count in plan.runs:
+        span = slice(first * bs, (first + count) * bs)
+        o, lse = attend_with_lse(q[r:r + 1], k_tokens[None, :, span], v_tokens[None, :, span], None, scale)
+        parts_o.append(o)
+        parts_lse.append(lse)
+    return merge_partials(torch.cat(parts_o), torch.cat(parts_lse), plan.rows, plan.n)
 
 
 def packed_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lens: list[int], scale: float

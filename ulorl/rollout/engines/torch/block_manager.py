@@ -4,10 +4,12 @@ A sequence's K/V lives in blocks of `block_size` tokens; its block table (`Seque
 order, so token position p sits in block `blocks[p // block_size]` at offset `p % block_size`. The pool has
 `num_blocks` blocks (the `rollout.kv_cache_gib` budget divided by a block's bytes).
 
-- The lowest free block is always handed out first, so the blocks in use stay packed at the bottom of the
-  pool: on CPU the pool's memory is committed by the OS only where it is written (`kv_cache.py`), so the
-  process's memory follows the live blocks, and the decode attention reads the pool only up to
-  `high_water`.
+- Blocks are handed out from the bottom of the pool (the lowest free block first), so the blocks in use stay
+  packed there: on CPU the pool's memory is committed by the OS only where it is written (`kv_cache.py`),
+  so the process's memory follows the live blocks, and the decode attention's batched call reads the pool
+  only up to `high_water`. A caller may ask for blocks from the top instead (`allocate(..., top=True)`): the
+  scheduler does so for a long context prefilled alone, whose consecutive blocks it reads as one view, out
+  of the batched call's range.
 - A block may be held by several sequences (the G samples of a group share their prompt's full blocks);
   it is free again when its last holder releases it. Shared blocks are full, hence read-only: a sequence
   writes only into blocks it holds alone.
@@ -31,33 +33,53 @@ class BlockManager:
         if num_blocks < 1 or block_size < 1:
             raise ValueError(f"num_blocks={num_blocks} and block_size={block_size} must be >= 1")
         self.num_blocks, self.block_size = num_blocks, block_size
-        self._free = list(range(num_blocks))  # a heap: the lowest free block first
         self.refs = [0] * num_blocks
         self.owner = torch.full((num_blocks,), FREE, dtype=torch.long, device=device)
-        self.high_water = 0  # 1 + the highest block ever handed out: blocks [0, high_water) may hold data
+        self._reset_free()
+        self.high_water = 0  # 1 + the highest block handed out from the bottom and still held
+
+    def _reset_free(self) -> None:
+        """Heaps of the free blocks, lowest first and highest first; an entry whose block was taken through the other
+        heap is skipped when popped (`refs` says)."""
+        self._low = [b for b in range(self.num_blocks) if self.refs[b] == 0]  # sorted: a valid heap
+        self._high = [-b for b in reversed(self._low)]
+        self._num_free = len(self._low)
 
     @property
     def num_free(self) -> int:
-        return len(self._free)
+        return self._num_free
 
     @property
     def num_used(self) -> int:
-        return self.num_blocks - len(self._free)
+        return self.num_blocks - self._num_free
 
     def blocks_for(self, tokens: int) -> int:
         """Blocks that hold `tokens` tokens."""
         return -(-tokens // self.block_size)
 
-    def allocate(self, n: int, uid: int) -> list[int]:
-        """`n` free blocks for sequence `uid` (raises `MemoryError` when fewer are free: callers check first)."""
-        if n > len(self._free):
-            raise MemoryError(f"{n} blocks asked, {len(self._free)} free")
-        got = [heapq.heappop(self._free) for _ in range(n)]
-        for b in got:
-            self.refs[b] = 1
+    def _pop(self, top: bool) -> int:
+        heap = self._high if top else self._low
+        while True:
+            b = -heapq.heappop(heap) if top else heapq.heappop(heap)
+            if self.refs[b] == 0:
+                return b
+
+    def allocate(self, n: int, uid: int, top: bool = False) -> list[int]:
+        """`n` free blocks for sequence `uid`, ascending, the lowest free ones (or with `top`, the highest); raises
+        `MemoryError` when fewer are free (callers check first)."""
+        if n > self._num_free:
+            raise MemoryError(f"{n} blocks asked, {self._num_free} free")
+        got = []
+        for _ in range(n):
+            b = self._pop(top)
+            self.refs[b] = 1  # taken: its entry in the other heap is now stale
+            got.append(b)
+        self._num_free -= n
+        got.sort()
         if got:
             self.owner[got] = uid
-            self.high_water = max(self.high_water, got[-1] + 1)
+            if not top:
+                self.high_water = max(self.high_water, got[-1] + 1)
         return got
 
     def share(self, blocks: list[int]) -> None:
@@ -68,24 +90,27 @@ class BlockManager:
             self.owner[blocks] = FREE
 
     def release(self, blocks: list[int], uid: int) -> None:
-        """Sequence `uid` no longer holds `blocks`; a block left with one holder is not given back to that holder as
-        its own (it stays marked shared: its remaining holder reads it through the shared path)."""
+        """Sequence `uid` no longer holds `blocks`; a block left with one holder stays marked shared (its remaining
+        holder reads it through the shared path)."""
         freed = []
         for b in blocks:
             self.refs[b] -= 1
             if self.refs[b] == 0:
-                heapq.heappush(self._free, b)
+                heapq.heappush(self._low, b)
+                heapq.heappush(self._high, -b)
                 freed.append(b)
+        self._num_free += len(freed)
         if freed:
             self.owner[freed] = FREE
         while self.high_water and self.refs[self.high_water - 1] == 0:
             self.high_water -= 1
 
     def compact(self) -> dict[int, int]:
-        """Move every block in use above the used count into a free block below it; returns the moves
-        {old block: new block} (the caller copies the K/V and remaps block tables). Afterwards the blocks in use
-        are exactly `[0, num_used)`."""
-        target = self.num_used
+        """Move every block in use in `[target, high_water)` into a free block below `target`, where `target` is the
+        number of blocks in use below `high_water`; returns the moves {old block: new block} (the caller copies
+        the K/V and remaps block tables). Afterwards the blocks in use below the high-water mark are exactly
+        `[0, target)`; blocks above it (taken from the top) stay where they are."""
+        target = sum(1 for b in range(self.high_water) if self.refs[b] > 0)
         movers = [b for b in range(target, self.high_water) if self.refs[b] > 0]
         holes = [b for b in range(target) if self.refs[b] == 0]
         moves = dict(zip(movers, holes))
@@ -95,7 +120,6 @@ class BlockManager:
                 self.refs[d], self.refs[s] = self.refs[s], 0
             self.owner[dst] = self.owner[src]
             self.owner[src] = FREE
-        self._free = list(range(target, self.num_blocks))  # sorted: a valid heap
+        self._reset_free()
         self.high_water = target
         return moves
-

@@ -35,6 +35,9 @@ from ulorl.rollout.engines.torch.scheduler import Scheduler
 # tokens per KV block by device type: on CPU 32 measured within noise of 64 and 128 for the decode attention
 # (docs/benchmarks.md) with less waste per row; 16 on CUDA as vLLM
 BLOCK_SIZES = {"cpu": 32, "cuda": 16}
+# full blocks a row's consecutive run needs to be read as one view in its own attention call (`scheduler.py`);
+# by device type, 0: never (on CUDA one more call costs more than reading many blocks in the batched one)
+RUN_MIN_BLOCKS = {"cpu": 8}
 
 
 class TorchEngine:
@@ -102,7 +105,8 @@ class TorchEngine:
         self.model.eval()
         try:
             run = self.scheduler_cls(self.runner, cache, blocks, self.stats, prefixes, max_new_tokens, params, seed,
-                            self.eos_ids, self.max_batch, self.prefill_tokens, progress)
+                            self.eos_ids, self.max_batch, self.prefill_tokens, progress,
+                            RUN_MIN_BLOCKS.get(self.runner.device.type, 0))
             return run.run()
         finally:
             self.model.train(was_training)

@@ -1,7 +1,9 @@
 """The paged KV cache: one pool of fixed-size blocks per layer, bounded by `rollout.kv_cache_gib`.
 
-Per layer, keys and values are `(num_blocks, H_kv, block_size, D)` tensors (blocks, key/value heads, tokens
-of a block, head size), views of one allocation. Which block belongs to which sequence is the block
+Per layer, keys and values are `(H_kv, num_blocks, block_size, D)` tensors (key/value heads, blocks, tokens
+of a block, head size), views of one allocation; `k_tokens[layer]` is the same memory as
+`(H_kv, num_blocks x block_size, D)`, so the tokens of consecutive blocks are one strided view (a row whose
+blocks are consecutive attends over a view, no copy). Which block belongs to which sequence is the block
 manager's business (`block_manager.py`); this file holds the memory and its budget.
 
 The pool is sized by the budget, not by the batch: `num_blocks = kv_cache_gib / bytes of a block`. On CPU it
@@ -96,10 +98,13 @@ class PagedKVCache:
         self.shape, self.block_size, self.num_blocks = shape, block_size, num_blocks
         per = num_blocks * shape.num_kv_heads * block_size * shape.head_dim
         flat, self._mmap = _zeroed(2 * shape.num_layers * per, shape.dtype, torch.device(device))
-        dims = (num_blocks, shape.num_kv_heads, block_size, shape.head_dim)
+        dims = (shape.num_kv_heads, num_blocks, block_size, shape.head_dim)
         pools = flat.view(shape.num_layers, 2, *dims)
-        self.k = [pools[i, 0] for i in range(shape.num_layers)]
+        self.k = [pools[i, 0] for i in range(shape.num_layers)]  # (H_kv, num_blocks, block_size, D)
         self.v = [pools[i, 1] for i in range(shape.num_layers)]
+        tok = (shape.num_kv_heads, num_blocks * block_size, shape.head_dim)
+        self.k_tokens = [k.view(tok) for k in self.k]  # (H_kv, num_blocks x block_size, D)
+        self.v_tokens = [v.view(tok) for v in self.v]
 
     @property
     def device(self) -> torch.device:
@@ -120,8 +125,9 @@ class PagedKVCache:
 
     def write(self, layer: int, block: torch.Tensor, offset: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store token i's keys/values `k[i], v[i]` `(N, H_kv, D)` at `(block[i], offset[i])` `(N,)` of `layer`."""
-        self.k[layer][block, :, offset] = k
-        self.v[layer][block, :, offset] = v
+        slot = block * self.block_size + offset
+        self.k_tokens[layer][:, slot] = k.transpose(0, 1)
+        self.v_tokens[layer][:, slot] = v.transpose(0, 1)
 
     def copy_blocks(self, src: list[int], dst: list[int]) -> None:
         """Copy blocks `src` into blocks `dst`, every layer (a shared prompt's last, partial block, per sample)."""
@@ -130,5 +136,5 @@ class PagedKVCache:
         s = torch.tensor(src, device=self.device)
         d = torch.tensor(dst, device=self.device)
         for k, v in zip(self.k, self.v):
-            k[d] = k[s]
-            v[d] = v[s]
+            k[:, d] = k[:, s]
+            v[:, d] = v[:, s]

@@ -145,7 +145,7 @@ class ModelRunner:
             q, k, v = self._qkv(attn, _norm(layer.input_layernorm, x), cos, sin)
             cache.write(li, block, offset, k, v)
             o = paged_decode_attention(q.view(n, self.num_kv, self.group, self.head_dim), cache.k[li], cache.v[li],
-                                       plan, self.scale)
+                                       plan, self.scale, cache.k_tokens[li], cache.v_tokens[li])
             x = x + attn.o_proj(o.reshape(n, -1))
             x = x + layer.mlp(_norm(layer.post_attention_layernorm, x))
         return self._logits(x)

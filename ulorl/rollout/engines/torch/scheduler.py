@@ -12,6 +12,11 @@ waiting sequences while rows and blocks allow. Admission:
   is copied per sample, and the samples start from the same next-token logits;
 - prefill is packed, up to `prefill_tokens` tokens per step (at least one sequence).
 
+Runs (CPU): a sequence prefilled alone with at least `run_min_blocks` full blocks takes its blocks from the
+top of the pool, where they are usually consecutive; then the decode attention reads them as one view (one
+call per such row, at the speed of an attention over contiguous memory), and only the blocks it grows into
+(taken from the bottom) as entries of the batched call, whose range ends below the top.
+
 Compaction: rows that finish leave holes among the blocks in use, and the decode attention reads every
 block below the pool's high-water mark; when the holes pass a quarter of it, the blocks above the used count
 move into them (one copy), so the attention's work follows the live tokens again.
@@ -51,10 +56,11 @@ class Scheduler:
 
     def __init__(self, runner: ModelRunner, cache: PagedKVCache, blocks: BlockManager, stats, prefixes: list[list[int]],
                  max_new: int, params: SamplingParams, seed: int, eos_ids: list[int], max_batch: int,
-                 prefill_tokens: int, progress: Callable[[int], None] | None = None) -> None:
+                 prefill_tokens: int, progress: Callable[[int], None] | None = None, run_min_blocks: int = 0) -> None:
         self.runner, self.cache, self.blocks, self.stats = runner, cache, blocks, stats
         self.params, self.seed, self.eos = params, seed, set(eos_ids)
         self.max_batch, self.prefill_tokens, self.progress = max_batch, prefill_tokens, progress
+        self.run_min_blocks = run_min_blocks  # a fresh prefill's consecutive full blocks read as one view (0: never)
         self.seqs = [Sequence(i, list(p), max_new) for i, p in enumerate(prefixes)]
         self.waiting: deque[Sequence] = deque(self.seqs)
         self.running: list[Sequence] = []
@@ -108,8 +114,10 @@ class Scheduler:
         for s in self.running:
             if s.cached // bs == len(s.blocks):
                 s.blocks += self.blocks.allocate(1, s.index)
-        holes = self.blocks.high_water - self.blocks.num_used
-        if holes >= COMPACT_MIN_HOLES and self.blocks.num_used < COMPACT_BELOW * self.blocks.high_water:
+        hw = self.blocks.high_water
+        used = self.blocks.num_used - sum(s.run for s in self.running)  # the blocks of runs are at the top
+        if hw - used >= COMPACT_MIN_HOLES and used < COMPACT_BELOW * hw and \
+                all(s.blocks[0] >= hw for s in self.running if s.run):  # a run that reached down is never moved
             self._compact()
         dev, n = self.cache.device, len(self.running)
         pos_list = [s.cached for s in self.running]
@@ -120,8 +128,9 @@ class Scheduler:
         owner = self.blocks.owner[: self.blocks.high_water]
         owner_row = row_of[owner]  # FREE (-1) reads row_of[-1] == n
         shared_rows, shared_blocks = self._shared()
+        runs, run_blocks = self._runs()
         plan = build_decode_plan(n, owner_row, last_block, pos % bs + 1, bs, self.cache.shape.dtype,
-                                 shared_rows, shared_blocks)
+                                 shared_rows, shared_blocks, runs, run_blocks)
         tokens = torch.tensor([s.tokens[-1] for s in self.running], device=dev)
         logits = self.runner.decode(self.cache, tokens, pos, last_block, plan)
         for s in self.running:
@@ -135,6 +144,7 @@ class Scheduler:
         return logits
 
     def _shared(self) -> tuple[torch.Tensor, torch.Tensor]:
+        """(row, block) pairs of shared blocks (cached while the running rows are unchanged)."""
         if self._shared_pairs is None:
             rows, blocks = [], []
             for r, s in enumerate(self.running):
@@ -144,6 +154,18 @@ class Scheduler:
             self._shared_pairs = (torch.tensor(rows, dtype=torch.long, device=dev),
                                   torch.tensor(blocks, dtype=torch.long, device=dev))
         return self._shared_pairs
+
+    def _runs(self) -> tuple[list[tuple[int, int, int]], torch.Tensor]:
+        """(row, first block, count) of each run's blocks before the block being written this step, and those
+        blocks (the block being written is read by the masked call over last blocks)."""
+        bs, runs, covered = self.blocks.block_size, [], []
+        for r, s in enumerate(self.running):
+            count = min(s.run, s.cached // bs)
+            if count:
+                runs.append((r, s.blocks[0], count))
+                covered.append(torch.arange(s.blocks[0], s.blocks[0] + count))
+        dev = self.cache.device
+        return runs, (torch.cat(covered).to(dev) if covered else torch.zeros(0, dtype=torch.long, device=dev))
 
     # --- blocks ---------------------------------------------------------------------------------------------
 
@@ -158,7 +180,7 @@ class Scheduler:
 
     def _free(self, s: Sequence) -> None:
         self.blocks.release(s.blocks, s.index)
-        s.blocks, s.shared, s.cached = [], 0, 0
+        s.blocks, s.shared, s.run, s.cached = [], 0, 0, 0
 
     def _preempt(self, s: Sequence) -> None:
         self._free(s)
@@ -209,8 +231,9 @@ class Scheduler:
         seqs, tables, copies = [], [], []
         for group in groups:
             lead = group[0]
-            lead.blocks = bm.allocate(bm.blocks_for(lead.length), lead.index)
             full, tail = divmod(lead.length, bs)
+            long_alone = len(group) == 1 and full >= self.run_min_blocks > 0
+            lead.blocks = bm.allocate(bm.blocks_for(lead.length), lead.index, top=long_alone)
             if len(group) > 1:
                 shared = lead.blocks[:full]
                 bm.share(shared)  # one reference per other sample (the lead holds the first)
@@ -223,6 +246,12 @@ class Scheduler:
                         own = bm.allocate(1, s.index)
                         s.blocks += own
                         copies.append((lead.blocks[-1], own[0]))
+            if long_alone:
+                if lead.blocks[-1] - lead.blocks[0] == len(lead.blocks) - 1:  # ascending: consecutive
+                    lead.run = len(lead.blocks)
+                else:  # the top of the pool is fragmented: blocks from the bottom, read by the batched call
+                    bm.release(lead.blocks, lead.index)
+                    lead.blocks = bm.allocate(bm.blocks_for(lead.length), lead.index)
             for s in group:
                 s.cached = s.length
             seqs.append(lead.context)

@@ -23,6 +23,7 @@ class Sequence:
     eos: bool = False
     blocks: list[int] = field(default_factory=list)
     shared: int = 0
+    run: int = 0  # its first `run` blocks are consecutive, taken from the top of the pool (read as one view; 0: none)
     cached: int = 0
     preemptions: int = 0
 
