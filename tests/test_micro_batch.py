@@ -132,3 +132,17 @@ def test_activation_offload_and_checkpointing_keep_the_gradient(tiny_model_dir, 
     copy.deepcopy(other.model)  # the hooks do not stop the model from being copied (the process learner pickles)
 
 
+
+
+def test_varlen_is_installed_only_where_per_sample_attention_is_the_same():
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from ulorl.learners.varlen import install_varlen
+
+    kw = dict(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
+              num_key_value_heads=1, head_dim=8, attn_implementation="sdpa")
+    plain = Qwen3ForCausalLM(Qwen3Config(**kw))
+    assert install_varlen(plain) and plain.config._attn_implementation == "ulorl_varlen"
+    sliding = Qwen3ForCausalLM(Qwen3Config(**kw, use_sliding_window=True, sliding_window=4, max_window_layers=0))
+    assert "sliding_attention" in sliding.config.layer_types
+    assert not install_varlen(sliding) and sliding.config._attn_implementation == "sdpa"  # the dense mask instead

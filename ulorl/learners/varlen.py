@@ -70,7 +70,7 @@ def install_varlen(model: torch.nn.Module) -> bool:
     current = model.config._attn_implementation
     if current in (ATTN_NAME, *NATIVE_VARLEN):
         return True
-    if current != "sdpa":
-        return False
+    if current != "sdpa" or "sliding_attention" in (getattr(model.config, "layer_types", None) or []):
+        return False  # (per-sample causal attention has no sliding window: those get the dense mask)
     model.set_attn_implementation(ATTN_NAME)
     return True

@@ -1,14 +1,15 @@
 """Learner and KV-cache memory of one long sample, counted from the model's shape (`ulorl plan --memory`).
 
-The learner's peak is the static part (weights, gradients, AdamW's two moments) plus what one micro-batch's
-forward keeps for backward, counted tensor by tensor for a Llama/Qwen decoder layer as transformers 5.x
-runs it (`layer_terms`), per token:
+The learner's peak is the static part (weights and AdamW's two moments, resident between updates) plus the
+update's increment: gradients and what one micro-batch's forward keeps for backward, counted tensor by
+tensor for a Llama/Qwen decoder layer as transformers 5.x runs it (`layer_terms`), per token:
 
-- residual stream (hidden `d`): the layer input and the input-norm output, the post-attention residual and
-  its norm output: `4 d`;
-- attention (`q = H x Dh`, `kv = Hkv x Dh`): q after projection, after q_norm, `rotate_half(q)`, q after RoPE
-  (sdpa's input), sdpa's output and o_proj's contiguous input: `6 q`; k likewise without the last two: `4 kv`;
-  v: `kv`; sdpa's log-sum-exp, `H` float32 values. Models without QK-norm (Qwen2, Llama) keep `5 q + 3 kv`;
+- residual stream (hidden `d`): for each of the two RMSNorms its input, its normalised value and its output
+  (the projections' input): `6 d`;
+- attention (`q = H x Dh`, `kv = Hkv x Dh`): q after projection and after q_norm's normalisation, q after
+  RoPE (sdpa's input), sdpa's output and o_proj's contiguous input: `5 q`; k: `3 kv`; v: `kv`; sdpa's
+  log-sum-exp, `H` float32 values (RoPE's products with cos/sin keep nothing of size q: cos and sin need no
+  gradient). Models without QK-norm (Qwen2, Llama) keep `3 q + 2 kv`;
 - MLP (`I` intermediate): gate, SiLU(gate), up, their product: `4 I`; a mixture of experts keeps that for
   each of its `top_k` experts plus the `top_k` gathered inputs and outputs (`2 top_k d`) and the router
   logits (an approximation of transformers' expert loop).
@@ -20,12 +21,15 @@ in L. Activation offload moves what is kept to CPU memory, leaving one layer's w
 Sequence parallelism over R ranks divides every per-token term by R. FSDP over W ranks divides the
 static part by W (plus one layer's gathered weights and gradients). The LM head's chunked pass
 (`ulorl.algo.logprobs`) adds `N x d` gathered hidden states and about two `chunk x V` float32 buffers.
-Backward holds, besides what is kept, the gradients in flight for one layer (`backward_terms`). Mixed
-precision (`autocast`): matmul outputs at 2 bytes, the residual stream and norms at the weights' dtype.
+Backward holds, besides what is kept, the gradients in flight for one layer (`backward_terms`). Gradients
+grow while kept activations are freed, so the peak is the larger of backward at the top layer and at the
+bottom layer (`learner_memory`). Mixed precision (`autocast`): matmul outputs at 2 bytes, the residual stream
+and norms at the weights' dtype (an approximation: the norms' casts are not counted one by one).
 
 Checked against measured peaks on CPU (float32, `benchmarks/bench_learner_long.py`; docs/benchmarks.md).
-Not counted: the allocator's fragmentation and caching (CUDA's caching allocator typically adds 5-15%),
-NCCL and all-to-all buffers, the rollout engine's weights (colocated engines add their own copy).
+Not counted: the allocator's fragmentation and caching (CUDA's caching allocator reserves more than is
+allocated; the GPU check compares allocated bytes), NCCL and all-to-all buffers, the rollout engine's
+weights (colocated engines add their own copy).
 
 KV cache of the engine: `2 x layers x Hkv x Dh x bytes` per resident token (K and V of every layer).
 """
