@@ -120,6 +120,8 @@ class BlockManager:
                 self.refs[d], self.refs[s] = self.refs[s], 0
             self.owner[dst] = self.owner[src]
             self.owner[src] = FREE
-        self._reset_free()
+            for b in src:  # free now; the holes' heap entries are stale (taken) and skipped when popped
+                heapq.heappush(self._low, b)
+                heapq.heappush(self._high, -b)
         self.high_water = target
         return moves
