@@ -141,8 +141,15 @@ def test_varlen_is_installed_only_where_per_sample_attention_is_the_same():
 
     kw = dict(vocab_size=50, hidden_size=16, intermediate_size=32, num_hidden_layers=2, num_attention_heads=2,
               num_key_value_heads=1, head_dim=8, attn_implementation="sdpa")
-    plain = Qwen3ForCausalLM(Qwen3Config(**kw))
+    torch.manual_seed(0)
+    plain = Qwen3ForCausalLM(Qwen3Config(**kw, pad_token_id=0)).eval()
+    ids = torch.tensor([[0, 0, 5, 6, 7], [3, 4, 5, 6, 7]])  # a left-padded row: the engines' masks still apply
+    with torch.no_grad():
+        before = plain.generate(input_ids=ids, attention_mask=(ids != 0).long(), max_new_tokens=6, do_sample=False)
     assert install_varlen(plain) and plain.config._attn_implementation == "ulorl_varlen"
+    with torch.no_grad():
+        after = plain.generate(input_ids=ids, attention_mask=(ids != 0).long(), max_new_tokens=6, do_sample=False)
+    assert torch.equal(before, after)  # without cu_seq_lens_q it is sdpa with transformers' own mask
     sliding = Qwen3ForCausalLM(Qwen3Config(**kw, use_sliding_window=True, sliding_window=4, max_window_layers=0))
     assert "sliding_attention" in sliding.config.layer_types
     assert not install_varlen(sliding) and sliding.config._attn_implementation == "sdpa"  # the dense mask instead
