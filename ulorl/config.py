@@ -206,7 +206,7 @@ class TrainConfig:
     # right-padded rows (2048 padded 19%: benchmarks.md). Same gradient to 1e-5; ulorl/learners/micro_batch.py
     packing: bool = True
     # Ulysses sequence parallelism: each sample's tokens split over this many ranks of a ShardedLearner group
-    # (all-to-all around attention); the heads and KV heads must divide by it. 1: off
+    # (all-to-all around attention; one sample per micro-batch); the heads and KV heads must divide by it. 1: off
     sequence_parallel: int = 1
     logit_chunk: int = 1024  # positions per chunk of the log-prob/entropy pass
     max_rounds_per_step: int = 64  # rollout rounds without a full batch before giving up
