@@ -26,21 +26,32 @@ CHILD = textwrap.dedent("""
     with WorkerPool(num_workers=2, timeout_s=60) as pool:
         pool.wait_ready()
         print("ready", flush=True)
-        out = pool.map("time:sleep", [(2.0,)] * 4, chunk_size=1)
+        out = pool.map("ulorl_test_slow_item:item", [(sys.argv[1], i) for i in range(4)], chunk_size=1)
     print(json.dumps({"status": [o.status for o in out], "errors": [o.error for o in out], "seen": seen}))
+""")
+SLOW_ITEM = textwrap.dedent("""
+    import os, time
+    def item(folder, i):  # says it has started, then works until the test has sent both signals
+        open(os.path.join(folder, f"started-{i}"), "w").close()
+        while not os.path.exists(os.path.join(folder, "signals-sent")):
+            time.sleep(0.01)
+        return i
 """)
 
 
-def test_signals_to_the_process_group_do_not_reach_the_reward_workers():
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
-    child = subprocess.Popen([sys.executable, "-c", CHILD], stdout=subprocess.PIPE, text=True, env=env,
-                             start_new_session=True)  # its own process group, as a terminal's job is
+def test_signals_to_the_process_group_do_not_reach_the_reward_workers(tmp_path):
+    (tmp_path / "ulorl_test_slow_item.py").write_text(SLOW_ITEM)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(tmp_path), *sys.path])}
+    child = subprocess.Popen([sys.executable, "-c", CHILD, str(tmp_path)], stdout=subprocess.PIPE, text=True,
+                             env=env, start_new_session=True)  # its own process group, as a terminal's job is
     try:
         assert child.stdout.readline().strip() == "ready"
-        time.sleep(0.7)  # the four 2 s items are running in the workers
+        while len(list(tmp_path.glob("started-*"))) < 2:  # both workers are inside an item (an event, not a delay)
+            assert child.poll() is None, "the child ended early"
+            time.sleep(0.01)
         os.killpg(child.pid, signal.SIGINT)  # what Ctrl-C does
-        time.sleep(0.2)
         os.killpg(child.pid, signal.SIGTERM)  # what `kill -- -PGID` or a job scheduler does
+        (tmp_path / "signals-sent").touch()
         out, _ = child.communicate(timeout=900)
     finally:
         if child.poll() is None:
