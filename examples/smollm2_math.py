@@ -19,7 +19,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = ROOT / "configs" / "smollm2_math.yaml"
-LORA = ["model.lora.rank=16", "model.lora.alpha=32", "train.lr=5e-5"]
+LORA = ["model.lora.rank=16", "model.lora.alpha=32", "train.lr=1e-4"]
 
 
 def run(*cmd: str) -> None:
