@@ -1,19 +1,20 @@
-"""Attention over the paged KV cache: one ragged call per layer for decode, packed causal attention for prefill.
+"""Attention over the paged KV cache: one batched call per layer for decode, packed causal attention for prefill.
 
 Decode (`paged_decode_attention`) is split-K attention over blocks, as PagedAttention v2 / flash-decoding do:
 every block of the pool below the block manager's high-water mark is one entry (a head, with the KV heads as
-the batch) of a single attention call, whose query is that block's owner row's query; the call returns each block's partial output and its
-log-sum-exp, and `merge_partials` combines the blocks of a row into its exact softmax over its whole context.
-No K/V is copied or gathered for blocks a row holds alone (the pool itself is the call's K/V); a row reads
-only its own blocks, a free block costs one entry whose result is dropped. The rows' last, partly filled
-blocks go through a second, masked call (gathered: one block per row), so the large call needs no mask. Prompt blocks shared by the samples of a group are
-read through a second, gathered call (they are few: the full blocks of the prompts).
+the batch) of a single attention call, whose query is that block's owner row's query; the call returns each
+block's partial output and its log-sum-exp, and `merge_partials` combines the blocks of a row into its exact
+softmax over its whole context. No K/V is copied for blocks a row holds alone (the pool itself is the call's
+K/V); a row reads only its own blocks; a free block costs one entry whose result is dropped. Beside it: the
+rows' partly filled last blocks (one masked call over them, gathered), the prompt blocks a group shares (one
+call, gathered; they are few), and on CPU the runs of consecutive blocks of long contexts (a call per run
+over a view: `DecodePlan.runs`).
 
-Measured against the alternatives that ship with torch 2.13 on this CPU (docs/benchmarks.md, "paged KV
-cache"): `torch.nn.attention.varlen.varlen_attn` (with or without `block_table`) has no CPU kernel (it calls
-flash attention's CUDA op); SDPA per row over its gathered blocks costs 3-5x the slot engine's per-row views
-(the gather copies the context every layer); the split-K call runs at the slot engine's speed or better at
-64 and 256 rows. On CPU the call is `_scaled_dot_product_flash_attention_for_cpu`, the kernel behind
+Measured against the alternatives that ship with torch 2.13 on CPU (docs/benchmarks.md, "The paged torch
+engine"): `torch.nn.attention.varlen.varlen_attn` (with or without `block_table`) has no CPU kernel (it calls
+flash attention's CUDA op); SDPA per row over its gathered blocks costs 2.5-3x the slot engine's per-row views
+(the gather copies the context every layer); the split-K call costs 1.0-1.4x them at 64 and 256 rows with
+blocks of 32. On CPU the call is `_scaled_dot_product_flash_attention_for_cpu`, the kernel behind
 `F.scaled_dot_product_attention` there, which also returns the log-sum-exp; elsewhere an explicit
 matmul-softmax-matmul (device-generic, float32 softmax).
 
