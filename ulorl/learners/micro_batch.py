@@ -11,7 +11,8 @@ Two layouts (`train.packing`), the same loss and gradient (tested to 1e-5):
   `ulorl.learners.varlen` (sdpa once per sample, no mask). Any other attention gets transformers' own
   reading of the restarting position ids (`masking_utils.find_packed_sequence_indices`): a dense `S x S`
   block-causal mask over the whole row (measured on CPU: 3x the padded update at 4,096 tokens).
-  `flex_attention` has no CPU backward (torch 2.13). No pad token at all. Rows are filled first-fit in
+  `flex_attention` has no CPU backward and `torch.nn.attention.varlen.varlen_attn` no CPU kernel (torch
+  2.13). No pad token at all. Rows are filled first-fit in
   decreasing length; a row of one sample is plain causal attention.
 
 A sample longer than the budget is never split (its attention needs all of its positions in one pass):

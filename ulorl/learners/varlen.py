@@ -11,7 +11,8 @@ engines, padded micro-batches) is unchanged. While the learner runs a packed
 forward (`packed_forward()`), the mask function returns None, so no dense mask is built; the mask is made
 once per model call and handed to the layers as an argument, so gradient checkpointing's recomputation
 reuses it. Cost: attention work `sum(len_i^2)` as in the padded layout, plus one kernel call per sample
-and layer.
+and layer. On CUDA, `torch.nn.attention.varlen.varlen_attn` (flash; no CPU kernel in torch 2.13) could take
+all samples in one call; it is not used, as nothing here has run it.
 """
 
 from __future__ import annotations
