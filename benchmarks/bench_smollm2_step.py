@@ -6,8 +6,8 @@ autocast) and decoding, on SmolLM2-135M-Instruct (docs/real_models.md).
 Update: `LocalLearner.update` on `--samples` synthetic samples of `--tokens` response tokens after a 60-token
 prompt (random ids, rewards 0/1 in groups of 8, so every token carries an advantage), timed over `--repeats`
 updates after one warm-up; the same batch for every variant. Reported per variant: seconds per update,
-trainable parameters, optimizer state bytes after the update, and this process's peak RSS growth over the
-variant (ru_maxrss is a high-water mark, so variants run from the smallest expected footprint up).
+trainable parameters, optimizer state bytes after the update, and the peak RSS of the process (each variant
+runs in a fresh child process when several are asked for: ru_maxrss is a high-water mark per process).
 Decode: the torch engine, `--decode-rows` rows of 64 new tokens from the same prompt, tokens/s.
 Everything runs in this one process with torch's threads as set (`--threads`). `--device cuda` runs the same
 on a GPU (peak memory from torch.cuda.max_memory_allocated).
@@ -69,7 +69,8 @@ def time_update(path: str, lora_rank: int, autocast: str, trajs, repeats: int, d
         torch.cuda.synchronize()
     out = {"lora_rank": lora_rank, "autocast": autocast, "update_s": (time.perf_counter() - t0) / repeats,
            "trainable_params": sum(p.numel() for p in learner.params),
-           "optimizer_bytes": optimizer_bytes(learner.optimizer), "peak_rss_growth_mib": rss_mib() - before}
+           "optimizer_bytes": optimizer_bytes(learner.optimizer), "peak_rss_mib": rss_mib(),
+           "peak_rss_growth_mib": rss_mib() - before}
     if device == "cuda":
         out["peak_cuda_mib"] = torch.cuda.max_memory_allocated() / 2**20
     del learner, model
@@ -117,9 +118,21 @@ def main(argv: list[str] | None = None) -> None:
     res = {"model": args.model, "samples": args.samples, "response_tokens": args.tokens, "prompt_tokens": 60,
            "threads": torch.get_num_threads(), "device": args.device, "load_average": os.getloadavg(),
            "updates": [], "decode": []}
-    for v in args.variants.split(","):
-        kind, autocast = v.split(":")
-        r = time_update(path, args.lora_rank if kind == "lora" else 0, autocast, trajs, args.repeats, args.device)
+    variants = args.variants.split(",") if args.variants else []
+    for v in variants:
+        if len(variants) > 1:  # a fresh process per variant: its peak RSS is its own
+            import subprocess
+            import sys
+            import tempfile
+
+            with tempfile.NamedTemporaryFile(suffix=".json") as f:
+                argv = [a for a in (argv if argv is not None else sys.argv[1:])]
+                subprocess.run([sys.executable, os.path.abspath(__file__), *argv, "--variants", v,
+                                "--decode-rows", "--out", f.name], check=True)
+                r = json.load(open(f.name))["updates"][0]
+        else:
+            kind, autocast = v.split(":")
+            r = time_update(path, args.lora_rank if kind == "lora" else 0, autocast, trajs, args.repeats, args.device)
         print(json.dumps(r), flush=True)
         res["updates"].append(r)
     for rows in args.decode_rows:
