@@ -61,9 +61,14 @@ def test_compaction_moves_the_top_blocks_into_the_holes():
     assert bm.allocate(1, uid=4) == [4]  # the lowest free block is the first above the used ones
 
 
-def test_split_k_decode_attention_equals_sdpa_per_row():
+@pytest.mark.parametrize("inner", ["cpu kernel", "explicit (the path off CPU)"])
+def test_split_k_decode_attention_equals_sdpa_per_row(inner, monkeypatch):
     """Loop version (SDPA over each row's gathered context) against the split-K version, with shared blocks,
     free blocks in the pool, partial last blocks and a run of consecutive blocks read as one view."""
+    import ulorl.rollout.engines.torch.attention as attention
+
+    if inner.startswith("explicit"):
+        monkeypatch.setattr(attention, "attend_with_lse", attention.attend_with_lse_explicit)
     torch.manual_seed(0)
     hk, g, d, bs, nb = 2, 2, 8, 4, 12
     kp, vp = torch.randn(hk, nb, bs, d), torch.randn(hk, nb, bs, d)
@@ -218,3 +223,19 @@ def test_runs_of_consecutive_blocks_give_the_same_output(shaken, monkeypatch):
     assert len({len(o.tokens) for o in outs[0]}) > 1  # rows finish at different steps
     for x, y in zip(outs[0], outs[2]):
         assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_device_generic_attention_equals_the_cpu_kernel(dtype):
+    """The decode attention's inner call off CPU (explicit matmul-softmax-matmul) against the CPU flash kernel, with
+    a mask: the same outputs and log-sum-exps."""
+    from ulorl.rollout.engines.torch.attention import attend_with_lse, attend_with_lse_explicit
+
+    torch.manual_seed(1)
+    q, k, v = (torch.randn(2, 5, 3, 16).to(dtype), torch.randn(2, 5, 8, 16).to(dtype), torch.randn(2, 5, 8, 16).to(dtype))
+    mask = torch.zeros(1, 5, 1, 8, dtype=dtype)
+    mask[..., 6:] = float("-inf")
+    o1, l1 = attend_with_lse(q, k, v, mask, 0.25)
+    o2, l2 = attend_with_lse_explicit(q, k, v, mask, 0.25)
+    tol = 1e-5 if dtype == torch.float32 else 2e-2
+    assert torch.allclose(o1.float(), o2.float(), atol=tol) and torch.allclose(l1, l2, atol=tol)

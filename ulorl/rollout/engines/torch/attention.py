@@ -87,6 +87,12 @@ def attend_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: tor
     -> output `(B, H, Lq, D)` (q's dtype), lse `(B, H, Lq)` float32."""
     if q.device.type == "cpu":
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=mask, scale=scale)
+    return attend_with_lse_explicit(q, k, v, mask, scale)
+
+
+def attend_with_lse_explicit(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None,
+                             scale: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """`attend_with_lse` as matmul-softmax-matmul (any device; the softmax in float32)."""
     s = torch.matmul(q, k.transpose(-1, -2)).float() * scale
     if mask is not None:
         s = s + mask.float()
