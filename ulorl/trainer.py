@@ -87,7 +87,8 @@ def train_step(s: TrainSession) -> dict:
     t0, tc = time.time(), s.cfg.train
     watch = StallWatch(s.step + 1, lambda ids: s.tokenizer.decode(ids, skip_special_tokens=True), say)
     rounds = Rounds(s.version, s.step, score=lambda finished: score(s, finished),
-                    dynamic_sampling=s.cfg.algo.dynamic_sampling, watch=watch, on_drop=lambda group, why: dropped(s, group, why),
+                    dynamic_sampling=s.cfg.algo.dynamic_sampling, watch=watch,
+                    on_drop=lambda group, why: dropped(s, group, why),
                     limits=RoundLimits(tc.max_rounds_per_step, tc.max_stall_rounds or tc.max_rounds_per_step),
                     stalled=lambda n, why: watch.fail(s.run_dir, n, why, s.cfg.algo.dynamic_sampling))
     got = collect_batch(s.rollout, s.unfinished, s.experience, tc.train_groups, rounds)

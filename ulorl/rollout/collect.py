@@ -29,9 +29,9 @@ from __future__ import annotations
 
 import time
 from collections import Counter
-from enum import Enum
 from collections.abc import Callable
 from dataclasses import dataclass
+from enum import Enum
 from typing import TYPE_CHECKING
 
 import torch
