@@ -82,7 +82,7 @@ class Trainer:
                  resume: str | None = None) -> None:
         _check_types(config, output_dir, resume, reward_weights)
         self.run_dir = Path(output_dir) if output_dir else Path("runs") / f"api-{time.strftime('%Y%m%d-%H%M%S')}"
-        if isinstance(config, Mapping):  # {"train": {"steps": 2}} or {"train.steps": 2}: the built-in defaults plus these
+        if isinstance(config, Mapping):  # {"train": {"steps": 2}} or {"train.steps": 2} over the built-in defaults
             config = make_config(None, config)
         cfg = config if config is not None else RunConfig()
         if reward_funcs is not None:

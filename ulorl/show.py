@@ -72,11 +72,11 @@ def read_jsonl_records(path: Path, problem) -> tuple[list[dict], str]:
     counts the others and names the first (file:line and why), or is empty."""
     out, bad, first = [], 0, ""
     with open(path, "rb") as f:
-        for n, raw in enumerate(f, start=1):
-            if not raw.strip():
+        for n, raw in _bounded_lines(f, MAX_LINE_BYTES):
+            if raw is not None and not raw.strip():
                 continue
             why = None
-            if len(raw) > MAX_LINE_BYTES:
+            if raw is None:
                 why = f"longer than {MAX_LINE_BYTES} bytes"
             else:
                 try:
@@ -92,6 +92,23 @@ def read_jsonl_records(path: Path, problem) -> tuple[list[dict], str]:
                 bad += 1
                 first = first or f"{path}:{n}: {why}"
     return out, (f"skipped {bad} malformed line(s) of {path} (first: {first})" if bad else "")
+
+
+def _bounded_lines(f, limit: int):
+    """(line number, bytes) of each line of the binary file `f`; None for a line over `limit` bytes, which is
+    skipped without holding it in memory."""
+    n = 0
+    while True:
+        raw = f.readline(limit + 1)
+        if not raw:
+            return
+        n += 1
+        if len(raw) > limit and not raw.endswith(b"\n"):
+            while (rest := f.readline(limit)) and not rest.endswith(b"\n"):
+                pass
+            yield n, None
+        else:
+            yield n, raw
 
 
 def format_step(records: list[dict], step: int, status: str = "all", limit: int = 8, chars: int = 600) -> str:

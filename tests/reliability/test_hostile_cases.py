@@ -178,6 +178,17 @@ def test_show_skips_malformed_lines_with_a_count_naming_the_first(tmp_path, caps
     assert "step 1: 1 samples in 1 groups" in text and "g0/1" not in text
 
 
+def test_show_skips_a_line_over_the_limit_without_reading_it_whole(tmp_path, monkeypatch):
+    import ulorl.show as show
+
+    monkeypatch.setattr(show, "MAX_LINE_BYTES", 400)
+    path = tmp_path / "samples.jsonl"
+    path.write_text(_sample(1) + "\n" + _sample(1, sid="g0/1", response="x" * 5000) + "\n" + _sample(2, "g1", "g1/0"))
+    records, note = show.read_jsonl_records(path, show._sample_problem)
+    assert [r["sample_id"] for r in records] == ["g0/0", "g1/0"]  # the lines after the long one are read
+    assert note == f"skipped 1 malformed line(s) of {path} (first: {path}:2: longer than 400 bytes)"
+
+
 def test_show_of_a_step_the_run_lacks_exits_2(tmp_path, capsys):
     (tmp_path / "samples.jsonl").write_text(_sample(1) + "\n" + _sample(2, "g1", "g1/0") + "\n")
     rc, err = run(["show", str(tmp_path), "--step", "99"], capsys)
