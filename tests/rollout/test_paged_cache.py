@@ -239,3 +239,16 @@ def test_the_device_generic_attention_equals_the_cpu_kernel(dtype):
     o2, l2 = attend_with_lse_explicit(q, k, v, mask, 0.25)
     tol = 1e-5 if dtype == torch.float32 else 2e-2
     assert torch.allclose(o1.float(), o2.float(), atol=tol) and torch.allclose(l1, l2, atol=tol)
+
+
+@pytest.mark.parametrize("q_shape, k_len", [((2, 0, 1, 8), 32), ((2, 3, 1, 8), 0), ((0, 3, 1, 8), 32)])
+def test_attention_over_nothing_is_an_empty_partial_not_a_crash(q_shape, k_len):
+    # the CPU flash kernel dies of SIGFPE on zero heads or zero keys (a decode step whose rows all read runs,
+    # with no full block below the high-water mark: the long config's first RL round)
+    from ulorl.rollout.engines.torch.attention import attend_with_lse
+
+    q = torch.randn(q_shape)
+    k = torch.randn(q_shape[0], q_shape[1], k_len, 8)
+    o, lse = attend_with_lse(q, k, k, None, 0.35)
+    assert o.shape == q_shape and not o.any()
+    assert lse.shape == q_shape[:-1] and bool((lse == float("-inf")).all())

@@ -84,7 +84,14 @@ def build_decode_plan(n: int, owner_row: torch.Tensor, last_block: torch.Tensor,
 def attend_with_lse(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, scale: float
                     ) -> tuple[torch.Tensor, torch.Tensor]:
     """Attention and its log-sum-exp: q `(B, H, Lq, D)`, k/v `(B, H, Lk, D)`, mask `(B, 1, 1, Lk)` additive or None
-    -> output `(B, H, Lq, D)` (q's dtype), lse `(B, H, Lq)` float32."""
+    -> output `(B, H, Lq, D)` (q's dtype), lse `(B, H, Lq)` float32.
+
+    Nothing to attend (no query rows, no heads, or no keys: e.g. a step with no full block below the
+    high-water mark) gives zeros and lse -inf, the partial that merging ignores; the CPU kernel would
+    die of SIGFPE on such shapes."""
+    if q.numel() == 0 or k.shape[-2] == 0:
+        return (q.new_zeros((*q.shape[:-1], v.shape[-1])),
+                torch.full(q.shape[:-1], float("-inf"), dtype=torch.float32, device=q.device))
     if q.device.type == "cpu":
         return torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(q, k, v, attn_mask=mask, scale=scale)
     return attend_with_lse_explicit(q, k, v, mask, scale)
