@@ -6,25 +6,14 @@ import copy
 import pytest
 import torch
 import torch.multiprocessing as mp
+from test_dist_sharded_learner import traj  # the sharded test's two-segment trajectories
 
 from ulorl.config import AlgoConfig, ConfigError, TrainConfig
 from ulorl.distributed.sequence_parallel import check_heads, heads_to_seq, seq_to_heads
 from ulorl.learners.local import LocalLearner
 from ulorl.models import load_model
-from ulorl.trajectory import Trajectory
 
 ALGO = AlgoConfig(is_mode="sais", entropy_mask="dmmpt", sigma=10.0, tau=0.003)  # clipped ratios, masked tokens
-
-
-def traj(group, k, prompt_len, n, seed, reward):
-    g = torch.Generator().manual_seed(seed)
-    t = Trajectory(sample_id=f"{group}/{k}", group_id=group, prompt_id=0, prompt_tokens=[3] + [20] * (prompt_len - 1),
-                   ground_truth="0", data_source="t", reward=reward, stop_reason="eos")
-    resp = torch.randint(5, 300, (n,), generator=g).tolist()
-    blp = (-torch.rand(n, generator=g) * 3).tolist()
-    t.append_segment(resp[: n // 2], blp[: n // 2], 0)
-    t.append_segment(resp[n // 2 :], blp[n // 2 :], 1)
-    return t
 
 
 def batch():
