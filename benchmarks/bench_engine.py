@@ -50,7 +50,8 @@ def main() -> int:
     quiet_torch(args.threads)
     from transformers import GenerationConfig
 
-    from ulorl.data import DataConfig, load_prompts
+    from ulorl.data import load_prompts
+    from ulorl.config import DataConfig
     from ulorl.models import load_model, load_tokenizer
     from ulorl.rollout.engines import SamplingParams
     from ulorl.rollout.engines.registry import build_engine

@@ -31,7 +31,7 @@ import torch
 from benchlib import emit, machine, quiet_torch
 
 from ulorl.config import load_run_config
-from ulorl.trainer import train
+from ulorl.run.loop import train
 
 CONFIGS = {
     "sync M=1": ["rollout.num_segments=1"],

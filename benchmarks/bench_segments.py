@@ -124,8 +124,8 @@ class Probe:
 
 def run_config(model_path: str, m: int, seed: int, args) -> dict:
     from ulorl.config import load_run_config
-    from ulorl.recipe import open_session
-    from ulorl.trainer import train_step
+    from ulorl.run.session import open_session
+    from ulorl.run.loop import train_step
 
     run_dir = Path(args.work) / f"M{m}-{time.time_ns()}"
     cfg = load_run_config(None, [
@@ -223,7 +223,7 @@ def main() -> int:
     model = args.model or find_model(args.work)
     if model is None:
         from ulorl.config import load_run_config
-        from ulorl.sft import run_sft
+        from ulorl.run.sft import run_sft
 
         cfg = load_run_config("configs/demo.yaml", [])
         model = str(run_sft(cfg.model, cfg.sft, Path(args.work) / "sft", progress=False))

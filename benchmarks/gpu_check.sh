@@ -194,7 +194,7 @@ if importlib.util.find_spec("mathematics_dataset") is None:
 import torch
 from ulorl.config import load_run_config
 from ulorl.logging import read_metrics
-from ulorl.trainer import train
+from ulorl.run.loop import train
 
 data = out / "smollm2_data"
 subprocess.run([sys.executable, "examples/mathematics_data.py", "--out", str(data), "--train", "400", "--eval", "8"],

@@ -70,9 +70,10 @@ def main() -> int:
 
     from ulorl.data.records import PromptRecord
     from ulorl.evaluation import evaluate
-    from ulorl.evaluation.config import EvalConfig
+    from ulorl.config.evaluation import EvalConfig
     from ulorl.models import eos_token_ids, load_model, load_tokenizer
-    from ulorl.reward import RewardConfig, RewardManager
+    from ulorl.reward import RewardManager
+    from ulorl.config import RewardConfig
     from ulorl.rollout.engines.registry import build_engine
     from ulorl.tasks.odometer import DATA_SOURCE, OdometerProblem
 

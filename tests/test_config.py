@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from ulorl.config import ConfigError, RunConfig, dump_yaml, load_run_config
-from ulorl.config_loader import parse_overrides
+from ulorl.config.loader import parse_overrides
 
 CONFIGS = Path(__file__).resolve().parents[1] / "configs"
 
@@ -156,11 +156,11 @@ def test_duplicate_yaml_keys_are_refused(tmp_path):
 def test_every_section_raises_config_error_when_built_directly():
     """One error type (a UlorlError, so the CLI prints one line) whether a section comes from YAML or from code."""
     from ulorl.config import AlgoConfig, RolloutConfig
-    from ulorl.config_loader import check_choice
-    from ulorl.data.config import DataConfig
+    from ulorl.config.loader import check_choice
+    from ulorl.config.data import DataConfig
     from ulorl.errors import UlorlError
-    from ulorl.evaluation.config import EvalConfig
-    from ulorl.reward.config import RewardConfig, RewardFnConfig
+    from ulorl.config.evaluation import EvalConfig
+    from ulorl.config.reward import RewardConfig, RewardFnConfig
 
     assert issubclass(ConfigError, UlorlError) and issubclass(ConfigError, ValueError)
     for make in (lambda: AlgoConfig(loss_agg="sum"), lambda: RolloutConfig(top_k=0), lambda: DataConfig(format="csv"),

@@ -3,7 +3,7 @@
 import pytest
 
 from ulorl.config import ConfigError, load_run_config
-from ulorl.config_hints import VERL_KEYS, unknown_key_hint
+from ulorl.config.hints import VERL_KEYS, unknown_key_hint
 
 
 def error(overrides: list[str], tmp_path=None, yaml_text: str | None = None) -> str:

@@ -1,18 +1,20 @@
 """The layer rules, read from the source with `ast` (nothing is imported).
 
-Config is a leaf (see the docstring of `ulorl/config.py`): a config module imports only
+Config is a leaf (see the docstring of `ulorl/config/__init__.py`): a config module imports only
 `ulorl.errors`, the other config modules, and the modules that name valid choices
 (`algo` registries, `tasks`, the engine registry, the reward registries, the logger names).
 What a config module imports is followed transitively through the module-level imports of
-every module it reaches, so an allowed module that starts importing the trainer fails here too.
+every module it reaches, so an allowed module that starts importing the run fails here too.
 A package's `__init__` is followed when it is imported by name (`from ulorl.tasks import ...`),
 not when one of its submodules is (`from ulorl.reward.extract import ...`).
 
 The algorithm layer imports no config: `ulorl.algo` imports nothing from `ulorl` outside itself.
-Data imports no engine: `ulorl.data` reaches only itself, the built-in tasks, the errors and the
-config loader (cleaning, which samples models, sits above it in `ulorl.cleaning`).
-The loop drives rollout, never the reverse: `ulorl.rollout` reaches no trainer, session, learner or
-checkpoint. These three rules count every import, lazy ones inside functions included.
+Data imports no engine: `ulorl.data` reaches only itself, the built-in tasks, the errors and its
+config section (cleaning, which samples models, sits above it in `ulorl.cleaning`).
+The loop drives rollout, never the reverse: `ulorl.rollout` reaches nothing of the run wing
+(`ulorl.run`), a learner or the distributed runtime, and `ulorl.plan` nothing of the run wing.
+These rules count every import, lazy ones inside functions included. The top level holds only
+the entry points and the shared leaves, and no component package holds a config section.
 """
 
 from __future__ import annotations
@@ -27,24 +29,28 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 
-CONFIG_MODULES = ("ulorl.config", "ulorl.config_loader", "ulorl.config_hints", "ulorl.data.config",
-                  "ulorl.distributed.config", "ulorl.evaluation.config", "ulorl.reward.config")
+def _config_modules() -> tuple[str, ...]:
+    root = ROOT / "ulorl" / "config"
+    return tuple(sorted("ulorl.config" if f.stem == "__init__" else f"ulorl.config.{f.stem}" for f in root.glob("*.py")))
+
+
+CONFIG_MODULES = _config_modules()
 
 # what the config layer may reach (a name, or a package prefix ending in ".")
-CONFIG_MAY_IMPORT = ("ulorl", "ulorl.errors", *CONFIG_MODULES, "ulorl.algo", "ulorl.algo.", "ulorl.tasks",
-                     "ulorl.tasks.", "ulorl.rollout.engines.base", "ulorl.rollout.engines.registry",
+CONFIG_MAY_IMPORT = ("ulorl", "ulorl.errors", "ulorl.config", "ulorl.config.", "ulorl.algo", "ulorl.algo.",
+                     "ulorl.tasks", "ulorl.tasks.", "ulorl.rollout.engines.base", "ulorl.rollout.engines.registry",
                      "ulorl.reward.registry", "ulorl.reward.extract", "ulorl.reward.judge", "ulorl.reward.overlong",
                      "ulorl.logging", "ulorl.logging.")
 
 # never below the config: components are built from a config, not the reverse (a readable subset of the above)
-UPPER_LAYERS = ("ulorl.trainer", "ulorl.session", "ulorl.learners", "ulorl.recipe", "ulorl.checkpoint", "ulorl.cli",
-                "ulorl.api",
-                "ulorl.sft", "ulorl.plan", "ulorl.models", "ulorl.rollout.segment", "ulorl.rollout.pools",
+UPPER_LAYERS = ("ulorl.run", "ulorl.learners", "ulorl.cli", "ulorl.api", "ulorl.plan", "ulorl.models",
+                "ulorl.rollout.segment", "ulorl.rollout.pools", "ulorl.rollout.collect",
                 "ulorl.rollout.engines.hf", "ulorl.rollout.engines.torch.engine", "ulorl.rollout.engines.vllm",
-                "ulorl.distributed.placement", "ulorl.distributed.ray_engine", "ulorl.distributed.ray_learner",
-                "ulorl.distributed.sharded_learner", "ulorl.reward.manager", "ulorl.reward.pool", "ulorl.reward.rule",
-                "ulorl.reward.terms", "ulorl.evaluation.evaluator", "ulorl.evaluation.cli", "ulorl.data.loaders",
-                "ulorl.cleaning")
+                "ulorl.distributed", "ulorl.reward.manager", "ulorl.reward.pool", "ulorl.reward.rule",
+                "ulorl.reward.terms", "ulorl.evaluation", "ulorl.data", "ulorl.cleaning")
+
+# the top level: entry points and shared leaves only; everything that runs a job is in ulorl/run/
+TOP_LEVEL_FILES = {"__init__.py", "api.py", "cli.py", "errors.py", "trajectory.py", "lazy_exports.py"}
 
 
 def _path(module: str) -> Path | None:
@@ -139,11 +145,11 @@ def _members(package: str) -> list[str]:
 LEAF_RULES = {
     "ulorl.algo": ("ulorl.algo", "ulorl.algo."),  # algo imports no config: hyper-parameters arrive as arguments
     # data imports no engine, reward, evaluation or model
-    "ulorl.data": ("ulorl.data", "ulorl.data.", "ulorl.tasks", "ulorl.tasks.", "ulorl.errors", "ulorl.config_loader",
-                   "ulorl.config_hints", "ulorl.lazy_exports"),
+    "ulorl.data": ("ulorl.data", "ulorl.data.", "ulorl.tasks", "ulorl.tasks.", "ulorl.errors", "ulorl.config.data",
+                   "ulorl.config.loader", "ulorl.config.hints"),
 }
-NEVER_FROM_ROLLOUT = ("ulorl.trainer", "ulorl.session", "ulorl.recipe", "ulorl.learners", "ulorl.checkpoint",
-                      "ulorl.distributed")
+NEVER_FROM_ROLLOUT = ("ulorl.run", "ulorl.learners", "ulorl.distributed")
+NEVER_FROM_PLAN = ("ulorl.run",)
 
 
 @pytest.mark.parametrize("layer", sorted(LEAF_RULES))
@@ -156,6 +162,23 @@ def test_the_loop_drives_rollout_never_the_reverse():
     up = tuple(u for n in NEVER_FROM_ROLLOUT for u in (n, n + "."))
     bad = [chain for m in _members("ulorl.rollout") for dep, chain in _reach(m).items() if _allowed(dep, up)]
     assert not bad, "rollout reaches the loop:\n" + "\n".join(sorted(set(bad)))
+
+
+def test_the_planner_shares_the_step_rule_without_the_run():
+    up = tuple(u for n in NEVER_FROM_PLAN for u in (n, n + "."))
+    bad = [chain for m in _members("ulorl.plan") for dep, chain in _reach(m).items() if _allowed(dep, up)]
+    assert not bad, "plan reaches the run wing:\n" + "\n".join(sorted(set(bad)))
+
+
+def test_the_top_level_holds_only_entry_points_and_shared_leaves():
+    files = {p.name for p in (ROOT / "ulorl").glob("*.py")}
+    assert files <= TOP_LEVEL_FILES and len(files) <= 8, f"loose files at the top level: {sorted(files - TOP_LEVEL_FILES)}"
+
+
+def test_no_component_package_holds_a_config_section():
+    # every section dataclass lives in ulorl/config/: no `config.py` in a component package
+    stray = sorted(str(p.relative_to(ROOT)) for p in (ROOT / "ulorl").rglob("config.py"))
+    assert not stray, f"config sections outside ulorl/config/: {stray}"
 
 
 def test_the_checker_sees_a_lazy_import(tmp_path, monkeypatch):

@@ -8,7 +8,7 @@ import types
 
 import pytest
 
-LAZY = ("ulorl.data", "ulorl.evaluation", "ulorl.reward", "ulorl.rollout.engines")
+LAZY = ("ulorl.reward", "ulorl.rollout.engines")
 
 
 @pytest.mark.parametrize("name", LAZY)

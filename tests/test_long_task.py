@@ -115,7 +115,7 @@ def test_problem_bounds():
 
 
 def test_sft_sequences_of_the_long_task_cut_long_solutions_without_eos():
-    from ulorl.sft import sft_sequences
+    from ulorl.run.sft import sft_sequences
 
     tok = build_tokenizer()
     seqs = sft_sequences(tok, 200, seed=0, max_size=999, task=BuiltinTask.ODOMETER.value, alpha=0.3,

@@ -4,12 +4,12 @@ import hashlib
 import json
 import re
 
-from ulorl.samples_log import clip_text
+from ulorl.run.samples_log import clip_text
 from ulorl.cli import main
 from ulorl.config import load_run_config
-from ulorl.recipe import open_session
+from ulorl.run.session import open_session
 from ulorl.rollout.engines.scripted import ScriptedEngine
-from ulorl.trainer import train_step
+from ulorl.run.loop import train_step
 
 
 class ParityReward:

@@ -7,7 +7,7 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ulorl.cli import build_parser, main
 from ulorl.config import ModelConfig, SFTConfig
-from ulorl.sft import run_sft
+from ulorl.run.sft import run_sft
 
 
 def test_sft_loss_goes_down_and_saves_a_loadable_model(tmp_path, tiny_model_dir):
@@ -45,11 +45,11 @@ def test_config_errors_exit_2_with_a_message(capsys):
 
 
 def test_train_end_to_end_on_the_tiny_model(tmp_path, tiny_model_dir, capsys, monkeypatch):
-    import ulorl.trainer
+    import ulorl.run.loop
 
     labels = []
-    real = ulorl.trainer.evaluate_policy
-    monkeypatch.setattr(ulorl.trainer, "evaluate_policy", lambda s, label: labels.append(label) or real(s, label))
+    real = ulorl.run.loop.evaluate_policy
+    monkeypatch.setattr(ulorl.run.loop, "evaluate_policy", lambda s, label: labels.append(label) or real(s, label))
     run = tmp_path / "run"
     rc = main(["train", "-o", str(run), f"model.path={tiny_model_dir}", "model.warm_start=none",
                "train.steps=2", "train.eval_every=2", "train.train_groups=1", "rollout.group_size=2", "rollout.decode_batch=4",

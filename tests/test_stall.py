@@ -7,10 +7,11 @@ import pytest
 
 from ulorl.cli import main
 from ulorl.config import load_run_config
-from ulorl.recipe import open_session
+from ulorl.run.session import open_session
 from ulorl.rollout.engines.scripted import ScriptedEngine
-from ulorl.stall import NOTE_EVERY, StallError
-from ulorl.trainer import train_step
+from ulorl.rollout.collect import NOTE_EVERY
+from ulorl.run.stall import StallError
+from ulorl.run.loop import train_step
 
 
 class ConstantReward:

@@ -6,9 +6,9 @@ from collections import Counter
 import pytest
 
 from ulorl.config import load_run_config
-from ulorl.recipe import open_session
+from ulorl.run.session import open_session
 from ulorl.rollout.engines.scripted import ScriptedEngine
-from ulorl.trainer import train_step
+from ulorl.run.loop import train_step
 
 # a long-tailed length script: most short, a few 10x longer
 LENGTHS = [3, 5, 2, 8, 4, 6, 30, 3, 2, 7, 5, 48, 4, 3, 9, 2, 64, 6, 3, 5]

@@ -31,8 +31,8 @@ from pathlib import Path
 from typing import Any
 
 from ulorl.config import RunConfig, build, check_runnable, load_run_config, to_dict
-from ulorl.config_loader import ConfigError, deep_merge
-from ulorl.reward.config import RewardFnConfig
+from ulorl.config.loader import ConfigError, deep_merge
+from ulorl.config.reward import RewardFnConfig
 
 __all__ = ["RunConfig", "Trainer", "make_config"]
 
@@ -127,7 +127,7 @@ class Trainer:
 
         The summary (`steps`, `trained_samples`, `eval_before`, `eval_after`, `eval_paired`, `entropy`,
         `segments_hist`, `run_dir`) is also written to `<run>/summary.json`."""
-        from ulorl.trainer import train
+        from ulorl.run.loop import train
 
         check_runnable(self.config)
         self.summary = train(self.config, self.run_dir, resume=self.resume)

@@ -48,7 +48,7 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
 
 def cmd_train(args) -> int:
     from ulorl.config import dump_yaml
-    from ulorl.trainer import train
+    from ulorl.run.loop import train
 
     cfg = _load_cfg(args)
     run_dir = _run_dir(args, "train")
@@ -97,11 +97,11 @@ def format_summary(s: dict) -> str:
 
 def cmd_sft(args) -> int:
     from ulorl.config import dump_yaml
-    from ulorl.sft_report import sft_and_report
+    from ulorl.run.sft_report import sft_and_report
 
-    from ulorl.checkpoint import atomic_write_text, make_run_dir
+    from ulorl.run.checkpoint import atomic_write_text, make_run_dir
     from ulorl.config import check_runnable
-    from ulorl.run_lock import RunLock
+    from ulorl.run.lock import RunLock
 
     cfg = _load_cfg(args)
     check_runnable(cfg)
@@ -160,7 +160,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_clean_arguments(c)
     c.set_defaults(func=run_clean)
 
-    from ulorl.plot import add_plot_arguments, run_plot
+    from ulorl.run.plot import add_plot_arguments, run_plot
 
     pl = sub.add_parser("plot", help="PNG figures overlaying runs' metrics",
                         description="Plot entropy, reward, lengths, mask ratio, pools, segments, step time.")
@@ -176,7 +176,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_plan_arguments(pn)
     pn.set_defaults(func=run_plan)
 
-    from ulorl.show import add_show_arguments, run_show
+    from ulorl.run.show import add_show_arguments, run_show
 
     sh = sub.add_parser("show", help="print the samples of a training step (text, reward, segments, versions)",
                         description="Print what the model wrote at one step of a `ulorl train` run, group by "
@@ -184,7 +184,7 @@ def build_parser() -> argparse.ArgumentParser:
     add_show_arguments(sh)
     sh.set_defaults(func=run_show)
 
-    from ulorl.export import add_export_arguments, run_export
+    from ulorl.run.export import add_export_arguments, run_export
 
     ex = sub.add_parser("export", help="a run's trained model as a plain Hugging Face folder (LoRA merged)",
                         description="Write a run's checkpoint (the newest complete one, or --step N) as a Hugging "
@@ -239,7 +239,7 @@ def _user_errors() -> list[tuple[type[BaseException], int, object]]:
     """(exception type, exit status, message) for every error a user can cause; first match wins."""
     from ulorl.errors import UlorlError
     from ulorl.learners.process import LearnerProcessError
-    from ulorl.stall import StallError
+    from ulorl.run.stall import StallError
 
     return [
         (StallError, EXIT_STALLED, str),

@@ -1,8 +1,8 @@
 """Package `__init__`s that import their public names on first use (PEP 562).
 
 Importing a submodule runs its package's `__init__` first. When that `__init__` imported every
-public name eagerly, `import ulorl.reward.config` (a config leaf) also loaded the reward workers,
-and `import ulorl.data.config` loaded the loaders and pyarrow: the config layer could not be a leaf
+public name eagerly, `import ulorl.config.reward` (a config leaf) also loaded the reward workers,
+and `import ulorl.config.data` loaded the loaders and pyarrow: the config layer could not be a leaf
 at run time. With `lazy_exports`, `from ulorl.reward import RewardManager` still works and imports
 `ulorl.reward.manager` only then.
 """

@@ -8,7 +8,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from ulorl.data import DataConfig, DataError, load_prompts, load_source
+from ulorl.data import DataError, load_prompts, load_source
+from ulorl.config import DataConfig
 from ulorl.models.tokenizer import build_tokenizer
 
 

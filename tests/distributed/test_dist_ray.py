@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from ulorl.config import load_run_config
-from ulorl.recipe import open_session
-from ulorl.trainer import train_step
+from ulorl.run.session import open_session
+from ulorl.run.loop import train_step
 
 ray = pytest.importorskip("ray", reason="distributed.backend=ray needs Ray: pip install 'ulorl[ray]'")
 

@@ -6,7 +6,7 @@ import argparse
 
 import pytest
 
-from ulorl.config_loader import ConfigError
+from ulorl.config.loader import ConfigError
 from ulorl.evaluation.cli import _prompt_options, add_eval_arguments
 
 
@@ -32,7 +32,7 @@ def test_bad_chat_template_kwargs_are_a_config_error(bad):
 
 
 def test_the_system_prompt_reaches_the_rendered_prompt(tmp_path):
-    from ulorl.data.config import DataConfig
+    from ulorl.config.data import DataConfig
     from ulorl.data.loaders import load_source
     from ulorl.models import load_tokenizer
 

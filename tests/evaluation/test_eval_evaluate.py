@@ -7,8 +7,10 @@ import json
 
 import pytest
 
-from ulorl.data import DataConfig, PromptRecord, load_prompts
-from ulorl.evaluation import EvalConfig, add_eval_arguments, evaluate, run_eval
+from ulorl.data import PromptRecord, load_prompts
+from ulorl.config import DataConfig
+from ulorl.evaluation import add_eval_arguments, evaluate, run_eval
+from ulorl.config import EvalConfig
 from ulorl.models import build_tiny_model, eos_token_ids, load_model, load_tokenizer
 from ulorl.rollout.engines import GenerationOutput
 from ulorl.rollout.engines.registry import build_engine

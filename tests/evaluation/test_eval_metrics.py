@@ -6,7 +6,8 @@ from math import comb
 
 import pytest
 
-from ulorl.evaluation import EvalConfig, length_stats, paired_difference, pass_at_k
+from ulorl.evaluation import length_stats, paired_difference, pass_at_k
+from ulorl.config import EvalConfig
 
 
 @pytest.mark.parametrize("n, c, k, expected", [

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from matplotlib.image import imread
 
-from ulorl.plot import add_plot_arguments, ema, plot_panels, plot_runs, run_plot
+from ulorl.run.plot import add_plot_arguments, ema, plot_panels, plot_runs, run_plot
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
 
@@ -67,7 +67,7 @@ def test_panels_without_data_are_skipped_and_logged(tmp_path, caplog):
     run = tmp_path / "run"
     run.mkdir()
     (run / "metrics.jsonl").write_text('{"step": 1, "actor/entropy": 0.5}\n{"step": 2, "actor/entropy": 0.4}\n')
-    with caplog.at_level(logging.INFO, logger="ulorl.plot"):
+    with caplog.at_level(logging.INFO, logger="ulorl.run.plot"):
         paths = plot_runs([run], tmp_path / "out", names=["mine"])
     assert [p.name for p in paths] == ["entropy.png", "overview.png"]
     assert "skipping panel 'POIS bias by segment age'" in caplog.text

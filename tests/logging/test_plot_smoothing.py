@@ -11,7 +11,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import pytest  # noqa: E402
 
-from ulorl.plot import DEFAULT_SMOOTH, PANELS, Curve, add_plot_arguments, draw_panel, ema  # noqa: E402
+from ulorl.run.plot import DEFAULT_SMOOTH, PANELS, Curve, add_plot_arguments, draw_panel, ema  # noqa: E402
 
 
 def test_ema_by_hand():

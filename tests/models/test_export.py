@@ -1,4 +1,4 @@
-"""`ulorl export` and the end-of-run export (ulorl/export.py): a plain HF folder that transformers loads and
+"""`ulorl export` and the end-of-run export (ulorl/run/export.py): a plain HF folder that transformers loads and
 that generates the same greedy tokens as our engine on the trained policy, for full fine-tuning and for LoRA
 (merged). The reference is the policy as the run left it, loaded from its checkpoint the way a resume loads it.
 """
@@ -16,7 +16,7 @@ from ulorl.config import ModelConfig, load_run_config
 from ulorl.models import eos_token_ids, load_tokenizer
 from ulorl.models.lora import load_policy_model
 from ulorl.rollout.engines import SamplingParams, TorchEngine
-from ulorl.trainer import train
+from ulorl.run.loop import train
 
 
 def run_overrides(model_dir, *extra):

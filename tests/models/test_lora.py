@@ -13,7 +13,7 @@ import torch
 pytest.importorskip("peft")
 
 from ulorl.config import AlgoConfig, LoraConfig, ModelConfig, TrainConfig  # noqa: E402
-from ulorl.config_loader import ConfigError  # noqa: E402
+from ulorl.config.loader import ConfigError  # noqa: E402
 from ulorl.learners.local import LocalLearner, make_micro_batches  # noqa: E402
 from ulorl.models import load_model, load_tokenizer  # noqa: E402
 from ulorl.models.lora import (LoraError, adapter_state_dict, is_lora, load_policy_model, merged_model,  # noqa: E402

@@ -110,7 +110,7 @@ def test_a_read_only_output_folder_is_one_line(tmp_path, capsys, monkeypatch):
 
 
 def test_run_folders_are_private(tmp_path, capsys):
-    from ulorl.checkpoint import make_run_dir
+    from ulorl.run.checkpoint import make_run_dir
 
     run_dir = make_run_dir(tmp_path / "a" / "run")
     assert stat.S_IMODE(run_dir.stat().st_mode) == 0o700  # configs can name endpoints: not world-readable

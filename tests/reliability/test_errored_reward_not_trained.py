@@ -14,7 +14,8 @@ import json
 import textwrap
 
 from ulorl.api import Trainer, make_config
-from ulorl.reward import RewardConfig, RewardManager
+from ulorl.reward import RewardManager
+from ulorl.config import RewardConfig
 
 TINY = {"model.warm_start": "none", "data.train_size": 30, "data.eval": None, "rollout.max_response_len": 8,
         "rollout.num_segments": 2, "rollout.group_size": 2, "rollout.decode_batch": 8, "train.train_groups": 2,

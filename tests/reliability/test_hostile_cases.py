@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 from test_cli_errors import assert_one_line, run
 
-from ulorl.checkpoint import CheckpointError, verify_checkpoint
+from ulorl.run.checkpoint import CheckpointError, verify_checkpoint
 
 QUICK = ["model.warm_start=none", "data.eval=null", "logging.progress=false", "logging.loggers=[jsonl]"]
 
@@ -32,7 +32,7 @@ def tiny_run(model_dir: Path, *extra: str) -> list[str]:
 def two_steps(tmp_path_factory, tiny_model_dir):
     """A finished 2-step run with checkpoints step_000001 and step_000002; tests copy it before damaging it."""
     from ulorl.config import load_run_config
-    from ulorl.trainer import train
+    from ulorl.run.loop import train
 
     run = tmp_path_factory.mktemp("two") / "run"
     train(load_run_config(None, tiny_run(tiny_model_dir, "train.steps=2", "checkpoint.every=1")), run)
@@ -67,7 +67,7 @@ def test_disk_full_during_a_save_is_one_line(tmp_path, tiny_model_dir, capsys, m
 # -- 5. binary bytes in checkpoints/latest -----------------------------------------------------------
 def test_binary_bytes_in_latest_are_rewritten_on_resume(two_steps, tmp_path, tiny_model_dir):
     from ulorl.config import load_run_config
-    from ulorl.trainer import train
+    from ulorl.run.loop import train
 
     run = copy_of(two_steps, tmp_path)
     (run / "checkpoints" / "latest").write_bytes(b"\xff\xfe\x00garbage")
@@ -81,7 +81,7 @@ def test_binary_bytes_in_latest_are_rewritten_on_resume(two_steps, tmp_path, tin
 def test_a_model_folder_symlinked_out_of_the_checkpoint_is_refused(two_steps, tmp_path, tiny_model_dir):
     import shutil
 
-    from ulorl.checkpoint import find_resumable
+    from ulorl.run.checkpoint import find_resumable
 
     run = copy_of(two_steps, tmp_path)
     ckpt = run / "checkpoints" / "step_000002"
@@ -179,7 +179,7 @@ def test_show_skips_malformed_lines_with_a_count_naming_the_first(tmp_path, caps
 
 
 def test_show_skips_a_line_over_the_limit_without_reading_it_whole(tmp_path, monkeypatch):
-    import ulorl.show as show
+    import ulorl.run.show as show
 
     monkeypatch.setattr(show, "MAX_LINE_BYTES", 400)
     path = tmp_path / "samples.jsonl"
@@ -197,7 +197,7 @@ def test_show_of_a_step_the_run_lacks_exits_2(tmp_path, capsys):
 
 
 def test_plot_notes_metric_values_that_are_not_numbers(tmp_path, capsys, caplog):
-    from ulorl.plot import load_run
+    from ulorl.run.plot import load_run
 
     (tmp_path / "metrics.jsonl").write_text(json.dumps({"step": 1, "actor/entropy": 0.5}) + "\n" +
                                             json.dumps({"step": 2, "actor/entropy": "high"}) + "\n")
@@ -273,7 +273,7 @@ def test_clean_of_an_empty_file_is_an_error(tmp_path, capsys):
 
 
 def test_a_second_signal_stops_at_once_and_says_what_is_left(tmp_path, tiny_model_dir, capsys, monkeypatch):
-    import ulorl.trainer as trainer
+    import ulorl.run.loop as trainer
 
     real = trainer.train_step
 

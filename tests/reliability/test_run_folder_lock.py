@@ -17,12 +17,12 @@ import textwrap
 import pytest
 
 from ulorl.cli import main as cli
-from ulorl.run_lock import LOCK_FILE, RunFolderBusy, RunLock
+from ulorl.run.lock import LOCK_FILE, RunFolderBusy, RunLock
 
 QUICK = ["model.warm_start=none", "data.eval=null", "logging.progress=false", "logging.loggers=[jsonl]"]
 HOLDER = textwrap.dedent("""
     import sys
-    from ulorl.run_lock import RunLock
+    from ulorl.run.lock import RunLock
     lock = RunLock.acquire(sys.argv[1])
     print("locked", flush=True)
     sys.stdin.read()  # until the test closes our stdin (or kills us)
@@ -78,7 +78,7 @@ def test_the_lock_dies_with_its_process(holder):
 
 def test_a_finished_run_releases_its_folder(tmp_path, tiny_model_dir):
     from ulorl.config import load_run_config
-    from ulorl.trainer import train
+    from ulorl.run.loop import train
 
     cfg = load_run_config(None, [*QUICK, f"model.path={tiny_model_dir}", "rollout.max_response_len=8",
                                  "rollout.num_segments=2", "rollout.group_size=2", "rollout.decode_batch=4",

@@ -18,7 +18,7 @@ def three_steps(eos_model, tmp_path_factory):
     changing anything."""
     from resume_helpers import config
 
-    from ulorl.trainer import train
+    from ulorl.run.loop import train
 
     old = torch.get_num_threads()
     torch.set_num_threads(1)

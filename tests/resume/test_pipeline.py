@@ -21,7 +21,7 @@ import torch
 
 from ulorl.config import ConfigError, check_runnable, load_run_config
 from ulorl.learners.local import make_micro_batches
-from ulorl.trainer import train
+from ulorl.run.loop import train
 from ulorl.trajectory import Trajectory
 
 N = 5
@@ -72,8 +72,8 @@ def _batch(eos_model) -> tuple[list, int]:
     """Two scored groups of real samples (rounds of a fresh session) and the tokenizer's pad id."""
     import tempfile
 
-    from ulorl.recipe import open_session
-    from ulorl.trainer import score
+    from ulorl.run.session import open_session
+    from ulorl.run.scoring import RewardScorer
 
     with tempfile.TemporaryDirectory() as d:
         s = open_session(R.config(eos_model), Path(d) / "run")
@@ -81,7 +81,7 @@ def _batch(eos_model) -> tuple[list, int]:
             while s.experience.num_ready() < 2:
                 res = s.rollout.round(s.unfinished, 0, 0)
                 if res.finished:
-                    score(s, res.finished)
+                    RewardScorer(s.reward, s.tokenizer, s.cfg, step=1).score(res.finished)
                 for t in res.finished:
                     group = s.experience.add(t)
                     if group is not None:

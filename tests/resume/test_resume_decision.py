@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from ulorl.checkpoint import (LATEST, STATE_KEYS, CheckpointError, commit_resumed, decide_resume, save_checkpoint,
+from ulorl.run.checkpoint import (LATEST, STATE_KEYS, CheckpointError, commit_resumed, decide_resume, save_checkpoint,
                               set_latest)
 
 CONFIG = {"train": {"steps": 3, "seed": 0}, "rollout": {"num_segments": 4}}

@@ -15,7 +15,7 @@ import pytest
 import resume_helpers as R
 import torch
 
-from ulorl.trainer import train
+from ulorl.run.loop import train
 
 N = 8
 

@@ -16,16 +16,16 @@ import pytest
 import resume_helpers as R
 import torch
 
-import ulorl.trainer as trainer
-from ulorl.checkpoint import (CheckpointError, find_resumable, load_checkpoint, resolve_resume_path, save_checkpoint,
+import ulorl.run.loop as trainer
+from ulorl.run.checkpoint import (CheckpointError, find_resumable, load_checkpoint, resolve_resume_path, save_checkpoint,
                               set_latest, verify_checkpoint)
 from ulorl.cli import main as cli
 from ulorl.data import PromptRecord
 from ulorl.learners import local
-from ulorl.recipe import open_session
+from ulorl.run.session import open_session
 from ulorl.rollout.prompt_source import PromptSource
 from ulorl.rollout.segment import SampleError
-from ulorl.trainer import train
+from ulorl.run.loop import train
 
 
 
@@ -88,10 +88,10 @@ def test_loading_never_unpickles_objects(three_steps, tmp_path, monkeypatch):
     monkeypatch.setenv("ULORL_EVIL_MARK", str(mark))
     torch.save({"state": {}, "param_groups": [], "x": _Evil()}, ckpt / "optimizer.pt")
     manifest = json.loads((ckpt / "MANIFEST.json").read_text())  # a consistent manifest: only the pickle is bad
-    from ulorl.checkpoint import _sha256
+    from ulorl.run.checkpoint.atomic import sha256
 
     manifest["files"]["optimizer.pt"] = {"size": (ckpt / "optimizer.pt").stat().st_size,
-                                         "sha256": _sha256(ckpt / "optimizer.pt")}
+                                         "sha256": sha256(ckpt / "optimizer.pt")}
     (ckpt / "MANIFEST.json").write_text(json.dumps(manifest))
     verify_checkpoint(ckpt)
     with pytest.raises(CheckpointError, match="not plain tensor data"):

@@ -17,12 +17,12 @@ import pytest
 import resume_helpers as R
 import torch
 
-import ulorl.checkpoint as ckpt_mod
-from ulorl.checkpoint import (CheckpointError, _sha256, find_resumable, resolve_resume_path,
-                              verify_checkpoint)
+import ulorl.run.checkpoint.store as ckpt_mod
+from ulorl.run.checkpoint import CheckpointError, find_resumable, resolve_resume_path, verify_checkpoint
+from ulorl.run.checkpoint.atomic import sha256
 from ulorl.cli import main as cli
-from ulorl.run_lock import LOCK_FILE
-from ulorl.trainer import train
+from ulorl.run.lock import LOCK_FILE
+from ulorl.run.loop import train
 
 
 def truncate(path: Path) -> None:
@@ -43,7 +43,7 @@ def rewrite_manifest(checkpoint: Path, rel: str) -> None:
     """Make the manifest agree with an edited file, so only the edit itself is hostile."""
     mf = json.loads((checkpoint / "MANIFEST.json").read_text())
     f = checkpoint / rel
-    mf["files"][rel] = {"size": f.stat().st_size, "sha256": _sha256(f)}
+    mf["files"][rel] = {"size": f.stat().st_size, "sha256": sha256(f)}
     (checkpoint / "MANIFEST.json").write_text(json.dumps(mf))
 
 
@@ -156,7 +156,7 @@ def test_a_full_disk_during_a_save_leaves_the_last_checkpoint_and_resume_works(e
 HISTORY_UNDER_A_FULL_DISK = """
 import json, resource, signal, sys
 from pathlib import Path
-from ulorl.session import write_history
+from ulorl.run.session import write_history
 run = Path(sys.argv[1])
 signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, like ENOSPC
 resource.setrlimit(resource.RLIMIT_FSIZE, (64, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
@@ -177,18 +177,18 @@ def test_history_json_is_never_left_empty_by_a_full_disk(tmp_path):
 # -- 3. a step whose rewards were not all computed is never trained or checkpointed ---------------------------
 def test_an_interrupt_while_scoring_trains_nothing_of_that_step_and_resume_redoes_it(eos_model, tmp_path,
                                                                                     monkeypatch):
-    import ulorl.trainer as trainer
+    from ulorl.run.scoring import RewardScorer
 
     whole = tmp_path / "whole"
     train(R.config(eos_model, "train.steps=2"), whole)
-    real = trainer.score
+    real = RewardScorer.score
 
-    def second_ctrl_c_while_scoring_step_2(s, finished):
-        if s.step == 1:
+    def second_ctrl_c_while_scoring_step_2(self, finished):
+        if self.step == 2:
             raise KeyboardInterrupt  # the second Ctrl-C stops at once, mid-scoring
-        return real(s, finished)
+        return real(self, finished)
 
-    monkeypatch.setattr(trainer, "score", second_ctrl_c_while_scoring_step_2)
+    monkeypatch.setattr(RewardScorer, "score", second_ctrl_c_while_scoring_step_2)
     run = tmp_path / "run"
     with pytest.raises(KeyboardInterrupt):
         train(R.config(eos_model, "train.steps=2"), run)

@@ -36,8 +36,8 @@ from pathlib import Path
 import resume_helpers as R
 import torch
 
-from ulorl.checkpoint import CRASH_HOOK_ENV, verify_checkpoint
-from ulorl.trainer import train
+from ulorl.run.checkpoint import CRASH_HOOK_ENV, verify_checkpoint
+from ulorl.run.loop import train
 
 N = 24  # 12 trials advance the run by at most 2 steps each (see the module docstring)
 TRIALS = ["timed", "save:files", "after_step", "timed", "save:manifest", "after_step", "timed", "save:rename",
@@ -47,7 +47,7 @@ ENV = {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
 
 def _context():
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["resume_helpers", "ulorl.cli", "ulorl.trainer", "ulorl.session"])
+    ctx.set_forkserver_preload(["resume_helpers", "ulorl.cli", "ulorl.run.loop", "ulorl.run.session"])
     return ctx
 
 

@@ -15,7 +15,7 @@ import pytest
 import resume_helpers as R
 from test_resume_kill import Child, _context, committed, samples_logged
 
-from ulorl.trainer import train
+from ulorl.run.loop import train
 
 N, KILL_AFTER = 6, 3
 LONG = ["data.train=builtin:odometer", "rollout.max_response_len=512", "rollout.num_segments=8",

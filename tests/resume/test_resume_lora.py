@@ -21,8 +21,8 @@ pytest.importorskip("peft")
 
 from test_resume_kill import Child, _context, committed, wait_samples_step  # noqa: E402
 
-from ulorl.checkpoint import CRASH_HOOK_ENV  # noqa: E402
-from ulorl.trainer import train  # noqa: E402
+from ulorl.run.checkpoint import CRASH_HOOK_ENV  # noqa: E402
+from ulorl.run.loop import train  # noqa: E402
 
 N = 6
 LORA = ("model.lora.rank=4", "model.lora.alpha=8", "model.lora.target_modules=[q_proj,v_proj,down_proj]",

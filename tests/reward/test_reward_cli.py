@@ -4,7 +4,7 @@ import argparse
 
 import pytest
 
-from ulorl.config_loader import ConfigError
+from ulorl.config.loader import ConfigError
 from ulorl.reward.cli_args import add_reward_arguments, load_reward_config, reward_config_from_args
 
 
@@ -39,7 +39,7 @@ def test_eval_reports_a_bad_reward_function_as_a_one_line_error(tmp_path, capsys
 
 def test_clean_scores_model_samples_with_the_configured_reward(tmp_path):
     from ulorl.cleaning.clean import clean_rows
-    from ulorl.reward import RewardConfig
+    from ulorl.config import RewardConfig
 
     rows = [{"prompt": "q1", "answer": "5"}, {"prompt": "q2", "answer": "7"}]
 

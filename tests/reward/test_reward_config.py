@@ -3,8 +3,9 @@
 import pytest
 import torch
 
-from ulorl.config_loader import ConfigError, build
-from ulorl.reward import RewardConfig, apply_overlong_policy
+from ulorl.config.loader import ConfigError, build
+from ulorl.reward import apply_overlong_policy
+from ulorl.config import RewardConfig
 from ulorl.reward.registry import BuiltinReward, parse_reward_fn, score_from_result
 
 

@@ -4,9 +4,9 @@ import textwrap
 
 import pytest
 
-from ulorl.config_loader import ConfigError, build
-from ulorl.reward import (RewardConfig, RewardFnConfig, RewardFunctionError, RewardManager, RewardStyle,
-                          RewardValueError)
+from ulorl.config.loader import ConfigError, build
+from ulorl.reward import RewardFunctionError, RewardManager, RewardStyle, RewardValueError
+from ulorl.config import RewardConfig, RewardFnConfig
 from ulorl.reward.registry import check_signature, detect_style, load_function
 
 USER_CODE = textwrap.dedent(
@@ -123,7 +123,7 @@ def test_out_of_range_and_non_finite_name_function_and_sample(user_file):
         rm.score(["a"], ["1"], ["src"])
     with RewardManager(RewardConfig(fns=[RewardFnConfig(f"{user_file}:too_big")])) as rm:
         assert rm.score(["a"], ["1"]) == [1.1]  # no declared range: any finite value
-    from ulorl.reward.config import RewardFnConfig as F
+    from ulorl.config.reward import RewardFnConfig as F
 
     def local_nan(data_source, solution_str, ground_truth, extra_info=None):
         return float("nan")

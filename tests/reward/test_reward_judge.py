@@ -8,7 +8,8 @@ import time
 
 import pytest
 
-from ulorl.reward import GenerativeVerifier, RewardConfig, RewardManager, parse_verdict
+from ulorl.reward import GenerativeVerifier, RewardManager, parse_verdict
+from ulorl.config import RewardConfig
 
 EQUIVALENT = {("27cm", "0.27m"), ("one half", "1/2")}
 KEY_ENV = "ULORL_TEST_JUDGE_KEY"

@@ -4,7 +4,8 @@ import textwrap
 
 import pytest
 
-from ulorl.reward import RewardConfig, RewardManager, apply_overlong_policy
+from ulorl.reward import RewardManager, apply_overlong_policy
+from ulorl.config import RewardConfig
 
 
 def test_rule_manager_scores_and_reports_metrics():

@@ -187,8 +187,8 @@ def test_registry_builds_it_with_yarn(fake, tiny_model_dir):
 
 def test_training_steps_through_the_vllm_engine(fake, tmp_path, fake_reward):
     """`rollout.engine=vllm` end to end: the session builds the engine from the policy folder and syncs it."""
-    from ulorl.recipe import open_session
-    from ulorl.trainer import train_step
+    from ulorl.run.session import open_session
+    from ulorl.run.loop import train_step
 
     cfg = load_run_config(None, ["rollout.engine=vllm", "model.warm_start=none", "data.eval=null",
                                  "data.train_size=40", "logging.progress=false", "logging.loggers=[jsonl]",

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ulorl.cleaning.steps import (MODEL_STEPS, RULE_STEPS, STEPS, Action, CleanContext, CleanOptions, CleanStep,
                                   parse_steps)
-from ulorl.data.config import BadRowPolicy, DataConfig, DataFormat
+from ulorl.config.data import BadRowPolicy, DataConfig, DataFormat
 from ulorl.data.formats import Storage, detect_storage, output_storage, write_rows
 from ulorl.data.loaders import read_source, validate_source
 from ulorl.data.records import DataError
@@ -77,7 +77,8 @@ def _model_context(ctx: CleanContext, stack: contextlib.ExitStack, model_paths: 
                                                   max_new_tokens=o.max_new_tokens, batch_size=o.batch_size,
                                                   seed=o.seed) for p in model_paths]
     if ctx.score_fn is None:
-        from ulorl.reward import RewardConfig, RewardManager
+        from ulorl.reward import RewardManager
+        from ulorl.config import RewardConfig
 
         ctx.score_fn = stack.enter_context(RewardManager(RewardConfig())).score
     if ctx.extract_fn is None:

@@ -1,24 +1,11 @@
 """Data: loaders (verl parquet, JSONL, TRL, save_to_disk, the built-in task) and validation.
 
-A leaf of the package: nothing here imports rollout, reward, evaluation or an
-engine. Cleaning, which samples models and scores answers, lives above it in
-:mod:`ulorl.cleaning`.
+A leaf of the package: nothing here imports rollout, reward, evaluation or an engine. Cleaning,
+which samples models and scores answers, lives above it in :mod:`ulorl.cleaning`. The `data:`
+config section is `ulorl.config.data`.
 """
 
-from ulorl.lazy_exports import lazy_exports
+from ulorl.data.loaders import load_prompts, load_source, render_prompt
+from ulorl.data.records import DataError, LoadReport, PromptRecord
 
-# public name -> the submodule that defines it, imported on first use (see ulorl/lazy_exports.py)
-_EXPORTS = {
-    "BadRowPolicy": "config",
-    "BUILTIN_CHAIN": "config",
-    "DataConfig": "config",
-    "DataError": "records",
-    "DataFormat": "config",
-    "load_prompts": "loaders",
-    "load_source": "loaders",
-    "LoadReport": "records",
-    "PromptRecord": "records",
-    "render_prompt": "loaders",
-}
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-__all__ = sorted(_EXPORTS)
+__all__ = ["DataError", "LoadReport", "PromptRecord", "load_prompts", "load_source", "render_prompt"]

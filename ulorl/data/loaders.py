@@ -14,7 +14,7 @@ import random
 from dataclasses import dataclass
 from pathlib import Path
 
-from ulorl.data.config import DataConfig, DataFormat
+from ulorl.config.data import DataConfig, DataFormat
 from ulorl.data.formats import Storage, detect_storage, read_rows
 from ulorl.data.records import DataError, LoadReport, PromptRecord, RowIssue
 from ulorl.data.validate import RowSchema, ValidRow, guess_schema, validate_row, verl_schema

@@ -1,6 +1,5 @@
 """Placement of engines and learners beyond one process.
 
-- `config.py`: the `distributed:` config section (backend local | ray, actor counts).
 - `sharding.py`: whole groups -> data-parallel ranks.
 - `sharded_learner.py`: `ShardedLearner`, data parallel over `torch.distributed`
   (gloo on CPU, FSDP2 on GPU) with the exact global token-mean.
@@ -9,10 +8,9 @@
 - `placement.py`: the registry `distributed.backend` -> engine + learner for `TrainSession`.
 
 Ray is optional (`pip install 'ulorl[ray]'`); nothing here imports it until a Ray
-placement is built.
+placement is built. The `distributed:` config section is `ulorl.config.distributed`.
 """
 
-from ulorl.distributed.config import BackendName, DistributedConfig, ShardingName
 from ulorl.distributed.sharding import shard_groups
 
-__all__ = ["BackendName", "DistributedConfig", "ShardingName", "shard_groups"]
+__all__ = ["shard_groups"]

@@ -21,7 +21,7 @@ from typing import Protocol
 import torch
 
 from ulorl.config import ConfigError, PipelineMode, RunConfig
-from ulorl.distributed.config import BackendName
+from ulorl.config.distributed import BackendName
 from ulorl.learners.base import Learner
 from ulorl.rollout.engines.base import Engine
 

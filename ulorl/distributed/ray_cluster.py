@@ -16,7 +16,7 @@ import threading
 
 import torch
 
-from ulorl.distributed.config import DistributedConfig
+from ulorl.config.distributed import DistributedConfig
 
 
 def require_ray():

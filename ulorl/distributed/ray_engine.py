@@ -20,7 +20,7 @@ from dataclasses import fields
 
 import torch
 
-from ulorl.distributed.config import DistributedConfig
+from ulorl.config.distributed import DistributedConfig
 from ulorl.distributed.ray_cluster import actor_threads, cpu_model, require_ray
 from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams
 

@@ -54,7 +54,7 @@ import torch
 import torch.distributed as dist
 
 from ulorl.config import AlgoConfig, ConfigError, TrainConfig
-from ulorl.distributed.config import ShardingName
+from ulorl.config.distributed import ShardingName
 from ulorl.distributed.sequence_parallel import gather_shards, install_ulysses, shard_bounds
 from ulorl.distributed.sharding import shard_groups
 from ulorl.learners.local import LocalLearner, MicroBatch, advantage_metrics, make_micro_batches, zero_loss_micro_batch
@@ -247,10 +247,10 @@ class ShardedLearner(LocalLearner):
                 g.mul_(coef)
         return norm
 
-    def _merge_metrics(self, acc: dict[str, float]) -> dict[str, float]:
+    def _merge_metrics(self, sums: dict[str, float]) -> dict[str, float]:
         parts: list[dict] = [{} for _ in range(self.world)]
         # the ranks of a sequence-parallel group hold the same sums: one of them speaks for the group
-        dist.all_gather_object(parts, acc if self.sp_rank == 0 else {}, group=self.group)
+        dist.all_gather_object(parts, sums if self.sp_rank == 0 else {}, group=self.group)
         out: dict[str, float] = {}
         for part in parts:
             for k, v in part.items():

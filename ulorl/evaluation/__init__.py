@@ -1,19 +1,12 @@
-"""Evaluation: avg@k, unbiased pass@k, response lengths and truncation on held-out prompts."""
+"""Evaluation: avg@k, unbiased pass@k, response lengths and truncation on held-out prompts.
 
-from ulorl.lazy_exports import lazy_exports
+The `eval:` config section is `ulorl.config.evaluation`.
+"""
 
-# public name -> the submodule that defines it, imported on first use (see ulorl/lazy_exports.py)
-_EXPORTS = {
-    "add_eval_arguments": "cli",
-    "EvalConfig": "config",
-    "EvalResult": "evaluator",
-    "evaluate": "evaluator",
-    "length_stats": "metrics",
-    "paired_difference": "metrics",
-    "pass_at_k": "metrics",
-    "run_eval": "cli",
-    "sample_groups": "groups",
-    "ScoreFn": "evaluator",
-}
-__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS)
-__all__ = sorted(_EXPORTS)
+from ulorl.evaluation.cli import add_eval_arguments, run_eval
+from ulorl.evaluation.evaluator import EvalResult, ScoreFn, evaluate
+from ulorl.evaluation.groups import sample_groups
+from ulorl.evaluation.metrics import length_stats, paired_difference, pass_at_k
+
+__all__ = ["EvalResult", "ScoreFn", "add_eval_arguments", "evaluate", "length_stats", "paired_difference",
+           "pass_at_k", "run_eval", "sample_groups"]

@@ -7,10 +7,10 @@ import json
 from dataclasses import fields
 from pathlib import Path
 
-from ulorl.config_loader import ConfigError
-from ulorl.data.config import DataConfig
+from ulorl.config.loader import ConfigError
+from ulorl.config.data import DataConfig
 from ulorl.data.loaders import load_source
-from ulorl.evaluation.config import EvalConfig
+from ulorl.config.evaluation import EvalConfig
 from ulorl.evaluation.evaluator import EvalResult, evaluate
 from ulorl.reward.cli_args import add_reward_arguments, reward_config_from_args
 

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from ulorl.data.records import PromptRecord
-from ulorl.evaluation.config import EvalConfig
+from ulorl.config.evaluation import EvalConfig
 from ulorl.evaluation.metrics import length_stats, pass_at_k
 from ulorl.evaluation.groups import sample_groups
 from ulorl.rollout.engines.base import Engine, SamplingParams

@@ -132,7 +132,7 @@ class LocalLearner:
         denom = n_tokens if self.algo.loss_agg == "token-mean" else n_seqs
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
-        acc: dict[str, float] = {}
+        sums: dict[str, float] = {}
         finite = True
         for mb in mbs:
             logprobs, entropy = self.forward(mb)
@@ -143,7 +143,7 @@ class LocalLearner:
                     break
             loss.backward()
             w = int(mb.response_mask.sum())
-            accumulate_metrics(acc, m, w, entropy, mb, logprobs.detach())
+            accumulate_metrics(sums, m, w, entropy, mb, logprobs.detach())
         finite = self._all_finite(finite)
         if finite:
             self._sync_gradients()
@@ -154,11 +154,11 @@ class LocalLearner:
         else:
             self.optimizer.step()
             self.optimizer.zero_grad(set_to_none=True)
-        acc.update(_micro_batches=len(mbs), _pad_tokens=sum(mb.pad_tokens for mb in mbs),
+        sums.update(_micro_batches=len(mbs), _pad_tokens=sum(mb.pad_tokens for mb in mbs),
                    _padded_tokens=sum(mb.input_ids.numel() for mb in mbs))
-        acc = self._merge_metrics(acc)
-        out = {k: v / n_tokens for k, v in acc.items() if not k.startswith("_")}
-        out.update({k: v for k, v in acc.items() if k.startswith("_")})
+        sums = self._merge_metrics(sums)
+        out = {k: v / n_tokens for k, v in sums.items() if not k.startswith("_")}
+        out.update({k: v for k, v in sums.items() if k.startswith("_")})
         return _finish_metrics(out, grad_norm, skipped, n_tokens, self.optimizer.param_groups[0]["lr"])
 
     def micro_batches(self, trajs: list[Trajectory], advantages: torch.Tensor, version: int,
@@ -185,9 +185,9 @@ class LocalLearner:
     def _sync_gradients(self) -> None:
         """Make every rank hold the gradient of the whole batch (a sum over ranks)."""
 
-    def _merge_metrics(self, acc: dict[str, float]) -> dict[str, float]:
+    def _merge_metrics(self, sums: dict[str, float]) -> dict[str, float]:
         """Merge the metric sums of all ranks (keys ending in `_max`: maximum; others: sum)."""
-        return acc
+        return sums
 
     def _grad_norm(self) -> float:
         clip = self.train_cfg.grad_clip
@@ -201,19 +201,19 @@ class LocalLearner:
         self.optimizer.load_state_dict(state["optimizer"])
 
 
-def accumulate_metrics(acc: dict, m: dict, w: int, entropy: torch.Tensor, mb: MicroBatch,
+def accumulate_metrics(sums: dict, m: dict, w: int, entropy: torch.Tensor, mb: MicroBatch,
                        logprobs: torch.Tensor) -> None:
     """Token-weighted sums of per-micro-batch metrics."""
     for k in ("pg_clipfrac", "mask_ratio", "approx_kl", "ratio_mean", "extra_mask_ratio", "token_weight_mean"):
         if k in m:
-            acc[k] = acc.get(k, 0.0) + m[k] * w
+            sums[k] = sums.get(k, 0.0) + m[k] * w
     mask = mb.response_mask
-    acc["entropy"] = acc.get("entropy", 0.0) + float(entropy[mask].sum())
-    acc["_pg_loss"] = acc.get("_pg_loss", 0.0) + m["pg_loss"]
+    sums["entropy"] = sums.get("entropy", 0.0) + float(entropy[mask].sum())
+    sums["_pg_loss"] = sums.get("_pg_loss", 0.0) + m["pg_loss"]
     for age, d in pois_bias_by_age(logprobs, mb.behaviour_logprobs, mb.segment_age, mask).items():
-        acc[f"_age{age}_sum"] = acc.get(f"_age{age}_sum", 0.0) + d["mean_abs_log_ratio"] * d["num_tokens"]
-        acc[f"_age{age}_n"] = acc.get(f"_age{age}_n", 0.0) + d["num_tokens"]
-        acc[f"_age{age}_max"] = max(acc.get(f"_age{age}_max", 0.0), d["max_abs_log_ratio"])
+        sums[f"_age{age}_sum"] = sums.get(f"_age{age}_sum", 0.0) + d["mean_abs_log_ratio"] * d["num_tokens"]
+        sums[f"_age{age}_n"] = sums.get(f"_age{age}_n", 0.0) + d["num_tokens"]
+        sums[f"_age{age}_max"] = max(sums.get(f"_age{age}_max", 0.0), d["max_abs_log_ratio"])
 
 
 def advantage_metrics(adv: torch.Tensor) -> dict[str, float]:
@@ -222,27 +222,27 @@ def advantage_metrics(adv: torch.Tensor) -> dict[str, float]:
             "critic/advantages/min": float(adv.min())}
 
 
-def _finish_metrics(acc: dict, grad_norm: float, skipped: bool, n_tokens: int, lr: float) -> dict:
+def _finish_metrics(sums: dict, grad_norm: float, skipped: bool, n_tokens: int, lr: float) -> dict:
     out = {
         "actor/lr": lr,
-        "actor/entropy": acc.get("entropy", 0.0),
-        "actor/pg_loss": acc.get("_pg_loss", 0.0),
-        "actor/pg_clipfrac": acc.get("pg_clipfrac", 0.0),
-        "actor/dmmpt_mask_ratio": acc.get("mask_ratio", 0.0),
-        "actor/stale_mask_ratio": acc.get("extra_mask_ratio", 0.0),
-        "actor/ppo_kl": acc.get("approx_kl", 0.0),
-        "actor/ratio_mean": acc.get("ratio_mean", 1.0),
+        "actor/entropy": sums.get("entropy", 0.0),
+        "actor/pg_loss": sums.get("_pg_loss", 0.0),
+        "actor/pg_clipfrac": sums.get("pg_clipfrac", 0.0),
+        "actor/dmmpt_mask_ratio": sums.get("mask_ratio", 0.0),
+        "actor/stale_mask_ratio": sums.get("extra_mask_ratio", 0.0),
+        "actor/ppo_kl": sums.get("approx_kl", 0.0),
+        "actor/ratio_mean": sums.get("ratio_mean", 1.0),
         "actor/grad_norm": grad_norm,
         "actor/skipped": float(skipped),
-        "actor/micro_batches": float(acc["_micro_batches"]),
+        "actor/micro_batches": float(sums["_micro_batches"]),
         "actor/response_tokens": float(n_tokens),
-        "perf/pad_ratio": acc["_pad_tokens"] / max(acc["_padded_tokens"], 1),
+        "perf/pad_ratio": sums["_pad_tokens"] / max(sums["_padded_tokens"], 1),
     }
-    for k in list(acc):
+    for k in list(sums):
         if k.startswith("_age") and k.endswith("_n"):
             age = k[4:-2]
-            out[f"pois/abs_log_ratio_age{age}"] = acc[f"_age{age}_sum"] / max(acc[k], 1.0)
-            out[f"pois/max_abs_log_ratio_age{age}"] = acc[f"_age{age}_max"]
-            out[f"pois/token_share_age{age}"] = acc[k] / max(n_tokens, 1)  # staleness of the trained tokens
+            out[f"pois/abs_log_ratio_age{age}"] = sums[f"_age{age}_sum"] / max(sums[k], 1.0)
+            out[f"pois/max_abs_log_ratio_age{age}"] = sums[f"_age{age}_max"]
+            out[f"pois/token_share_age{age}"] = sums[k] / max(n_tokens, 1)  # staleness of the trained tokens
     return out
 

@@ -187,7 +187,7 @@ def calibrate_builtin(repeats: int = 3, cpu_clock: bool = True, quick: bool = Fa
 def measure_reward(n: int = 256, clock: Clock | None = None) -> float:
     """Seconds per scored sample: the rule verifier on short boxed integer answers (in-process fast path)."""
     from ulorl.reward import RewardManager
-    from ulorl.reward.config import RewardConfig
+    from ulorl.config.reward import RewardConfig
 
     clock = clock or Clock()
     mgr = RewardManager(RewardConfig(num_workers=1))

@@ -27,11 +27,10 @@ import numpy as np
 from ulorl.plan.cost import CostModel
 from ulorl.plan.lengths import LengthDistribution
 from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams
-from ulorl.rollout.collect import RoundLimits, Rounds, collect_batch
+from ulorl.rollout.collect import BatchStalled, CollectSettings, RoundLimits, collect_batch
 from ulorl.rollout.pools import ExperiencePool, UnfinishedPool
 from ulorl.rollout.prompt_source import PromptSource
 from ulorl.rollout.segment import SegmentRollout
-from ulorl.stall import StallWatch
 
 _PROMPT = 2  # simulated prompts are 2 tokens; the real prompt length enters the counts analytically
 _MARK = 1_000_000  # first response token = _MARK + plan id: identifies a continued sample in O(1)
@@ -137,7 +136,7 @@ class DropScorer:
         self.G, self.drop_rate, self.rng = G, drop_rate, rng
         self._members: dict[str, list] = {}
 
-    def __call__(self, finished: list) -> None:
+    def score(self, finished: list) -> None:
         for t in finished:
             members = self._members.setdefault(t.group_id, [])
             members.append(t)
@@ -174,15 +173,14 @@ def simulate(dist: LengthDistribution, *, L: int, M: int, G: int, decode_batch: 
     unfinished, experience, scorer = UnfinishedPool(), ExperiencePool(G), DropScorer(G, drop_rate, rng)
     limits = RoundLimits(max_rounds_per_step, max_rounds_per_step)
 
-    def stalled(rounds: int, why: str) -> Exception:
-        return RuntimeError(f"no full batch after {rounds} rounds (drop_rate={drop_rate} too high?)")
-
     per_step, staleness, version = [], [], 0
     for step in range(warmup + steps):
         engine.counts = Counter()
-        rounds = Rounds(version, step, score=scorer, dynamic_sampling=bool(drop_rate), limits=limits,
-                        watch=StallWatch(step + 1, str, lambda line: None), stalled=stalled)
-        got = collect_batch(rollout, unfinished, experience, train_groups, rounds)
+        settings = CollectSettings(version, step, scorer, dynamic_sampling=bool(drop_rate), limits=limits)
+        try:
+            got = collect_batch(rollout, unfinished, experience, train_groups, settings)
+        except BatchStalled as e:
+            raise RuntimeError(f"no full batch after {e.rounds} rounds (drop_rate={drop_rate} too high?)") from e
         batch = got.batch
         counts = dict(engine.counts, finished=float(got.counts["finished"]), updates=1.0, syncs=1.0,
                       trained_tokens=float(sum(prompt_len + scale * t.response_len for t in batch)))

@@ -2,7 +2,8 @@
 
 Public API::
 
-    from ulorl.reward import RewardConfig, RewardManager
+    from ulorl.reward import RewardManager
+    from ulorl.config import RewardConfig
     with RewardManager(RewardConfig(fn="rule", timeout_s=5.0)) as rm:
         rewards = rm.score(responses, ground_truths, data_sources)
         rm.metrics()  # {"reward/timeouts": ..., "rewards/rule/mean": ..., "timing_s/reward_score": ...}
@@ -32,9 +33,7 @@ _EXPORTS = {
     "OverlongPolicy": "overlong",
     "parse_verdict": "judge",
     "register_extractor": "extract",
-    "RewardConfig": "config",
     "RewardError": "terms",
-    "RewardFnConfig": "config",
     "RewardFunctionError": "terms",
     "RewardManager": "manager",
     "RewardScores": "manager",

@@ -13,7 +13,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ulorl.reward.config import RewardConfig
+from ulorl.config.reward import RewardConfig
 
 __all__ = ["add_reward_arguments", "load_reward_config", "reward_config_from_args"]
 
@@ -31,7 +31,7 @@ def load_reward_config(path: str | Path | None = None, overrides: list[str] | No
     """`RewardConfig` from a preset's `reward:` section plus `key=value` overrides (raises `ConfigError`)."""
     import yaml
 
-    from ulorl.config_loader import ConfigError, build, deep_merge, parse_overrides
+    from ulorl.config.loader import ConfigError, build, deep_merge, parse_overrides
 
     data: dict = {}
     if path is not None:

@@ -37,7 +37,7 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from ulorl.reward.config import RewardConfig
+from ulorl.config.reward import RewardConfig
 from ulorl.reward.extract import ExtractorMap
 from ulorl.reward.judge import GenerativeVerifier, JudgeMode
 from ulorl.reward.rule import RuleVerifier

@@ -104,9 +104,9 @@ class TorchEngine:
         was_training = self.model.training
         self.model.eval()
         try:
-            run = self.scheduler_cls(self.runner, cache, blocks, self.stats, prefixes, max_new_tokens, params, seed,
-                            self.eos_ids, self.max_batch, self.prefill_tokens, progress,
-                            RUN_MIN_BLOCKS.get(self.runner.device.type, 0))
-            return run.run()
+            scheduler = self.scheduler_cls(self.runner, cache, blocks, self.stats, prefixes, max_new_tokens, params,
+                                           seed, self.eos_ids, self.max_batch, self.prefill_tokens, progress,
+                                           RUN_MIN_BLOCKS.get(self.runner.device.type, 0))
+            return scheduler.run()
         finally:
             self.model.train(was_training)

@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
-from ulorl.config_loader import ConfigError, check_choice
+from ulorl.config.loader import ConfigError, check_choice
 
 
 class DataFormat(str, Enum):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from ulorl.config_loader import ConfigError
+from ulorl.config.loader import ConfigError
 from ulorl.rollout.engines.base import check_sampling
 
 

@@ -308,7 +308,7 @@ def run_plot(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ulorl.plot RUN_DIR ...``"""
+    """``python -m ulorl.run.plot RUN_DIR ...``"""
     parser = add_plot_arguments(argparse.ArgumentParser(prog="ulorl plot", description=__doc__.splitlines()[0]))
     return run_plot(parser.parse_args(argv))
 

@@ -9,7 +9,7 @@ also catches a key pasted into it by mistake.
 A leaf of the config layer (see ``ulorl/config.py``): it imports only the reward
 registries that name the valid choices (``registry``, ``extract``, ``judge``,
 ``overlong``), never the reward workers. Every error is a ``ConfigError``; build
-from a mapping with ``ulorl.config_loader.build(RewardConfig, d, "reward.")``.
+from a mapping with ``ulorl.config.loader.build(RewardConfig, d, "reward.")``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from ulorl.config_loader import ConfigError, build, check_choice
+from ulorl.config.loader import ConfigError, build, check_choice
 from ulorl.reward.extract import EXTRACTORS
 from ulorl.reward.judge import DEFAULT_JUDGE_PROMPT, JudgeMode, check_prompt_template
 from ulorl.reward.overlong import OverlongPolicy

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ulorl.data.formats import check_regular_file
 from ulorl.errors import UlorlError
-from ulorl.samples_log import clip_text
+from ulorl.run.samples_log import clip_text
 
 STATUSES = ("all", "trained", "dropped", "skipped")
 

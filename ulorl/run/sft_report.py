@@ -16,7 +16,7 @@ from ulorl.evaluation import evaluate
 from ulorl.models import eos_token_ids, load_model, load_tokenizer
 from ulorl.reward import RewardManager
 from ulorl.rollout.engines.registry import build_engine
-from ulorl.sft import run_sft
+from ulorl.run.sft import run_sft
 
 
 def evaluate_model(cfg: RunConfig, model_path: str, progress: bool = True) -> dict:

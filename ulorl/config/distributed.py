@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from ulorl.config_loader import ConfigError, check_choice
+from ulorl.config.loader import ConfigError, check_choice
 
 
 class BackendName(str, Enum):

@@ -126,7 +126,7 @@ def build(cls: type, data: dict, prefix: str = "") -> Any:
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
     if unknown:
-        from ulorl.config_hints import unknown_key_hint  # did-you-mean and verl's key names
+        from ulorl.config.hints import unknown_key_hint  # did-you-mean and verl's key names
 
         hint = unknown_key_hint(prefix, unknown[0], data[unknown[0]], sorted(fields))
         raise ConfigError(

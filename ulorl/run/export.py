@@ -19,7 +19,7 @@ import os
 import shutil
 from pathlib import Path
 
-from ulorl.checkpoint import CHECKPOINTS, CheckpointError, find_resumable, step_dir, verify_checkpoint
+from ulorl.run.checkpoint import CHECKPOINTS, CheckpointError, find_resumable, step_dir, verify_checkpoint
 
 EXPORT_DIR = "export"
 

@@ -1,0 +1,34 @@
+"""`sft:` the supervised warm start on a built-in task's worked solutions."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ulorl.config.checks import positive
+from ulorl.config.loader import check_choice
+from ulorl.tasks import BuiltinTask
+
+
+@dataclass
+class SFTConfig:
+    steps: int = 300
+    batch_size: int = 32  # sequences per batch (the cap per batch when bucketed)
+    bucketed: bool = False  # length-bucketed batches under batch_tokens (faster, learns less reliably)
+    batch_tokens: int = 1536  # padded tokens per bucketed batch
+    lr: float = 3e-3
+    warmup_steps: int = 30
+    num_examples: int = 6000
+    max_size: int = 64  # only problems with at most this many steps (train on short ones, RL learns long ones)
+    seed: int = 0
+    task: str = "builtin:chain"  # the built-in task whose worked solutions are trained on (ulorl.tasks)
+    alpha: float | None = None  # size-law exponent of the SFT problems; None: the task's own
+    max_response_tokens: int | None = None  # cut longer solutions there, without EOS (cheap long-problem steps)
+
+    def __post_init__(self) -> None:
+        for k in ("steps", "batch_size", "batch_tokens", "lr", "num_examples", "max_size"):
+            positive(f"sft.{k}", getattr(self, k))
+        positive("sft.warmup_steps", self.warmup_steps, allow_zero=True)
+        check_choice("sft.task", self.task, BuiltinTask)
+        for k in ("alpha", "max_response_tokens"):
+            if getattr(self, k) is not None:
+                positive(f"sft.{k}", getattr(self, k))

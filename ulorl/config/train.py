@@ -1,0 +1,70 @@
+"""`train:` the update (optimizer, micro-batches, packing, sequence parallelism), the step limits and the pipeline."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+from ulorl.config.checks import device_name, positive
+from ulorl.config.loader import check_choice
+
+
+class PipelineMode(str, Enum):
+    """`train.pipeline`: when the engine may run ahead of the learner (read by the trainer and the placement)."""
+
+    SYNC = "sync"  # rollout, then the update, then the next rollout (the paper's loop)
+    OVERLAP = "overlap"  # the next step's rounds run during the update, with weights one version old
+
+
+
+@dataclass
+class TrainConfig:
+    steps: int = 30  # policy updates (one gradient update per step, as in the paper)
+    train_groups: int = 8  # whole groups per update (fixed batch: leftovers wait)
+    lr: float = 1e-6  # AdamW, constant (paper)
+    weight_decay: float = 0.0
+    grad_clip: float = 1.0
+    micro_batch_tokens: int = 512  # tokens per micro-batch; a longer sample gets one of its own (never split)
+    # packed: samples concatenated into rows, each attending only within itself (0% padding); padded: length-sorted,
+    # right-padded rows (2048 padded 19%: benchmarks.md). Same gradient to 1e-5; ulorl/learners/micro_batch.py
+    packing: bool = True
+    # Ulysses sequence parallelism: each sample's tokens split over this many ranks of a ShardedLearner group
+    # (all-to-all around attention; one sample per micro-batch); the heads and KV heads must divide by it. 1: off
+    sequence_parallel: int = 1
+    logit_chunk: int = 1024  # positions per chunk of the log-prob/entropy pass
+    max_rounds_per_step: int = 64  # rollout rounds without a full batch before giving up
+    # rounds in a row that complete groups but admit none (dynamic sampling) before the run stops with a stall
+    # report (stall_report.json); null: train.max_rounds_per_step
+    max_stall_rounds: int | None = None
+    max_bad_steps: int = 5  # consecutive non-finite updates that stop the run
+    eval_every: int = 0  # evaluate on the held-out split every N steps (0: only before/after)
+    seed: int = 0
+    device: str = "cpu"
+    # compute dtype of the learner's forward (none | bfloat16 | float16); weights, gradients and AdamW state
+    # stay in model.dtype: model.dtype=float32 + autocast=bfloat16 is mixed precision with fp32 master weights
+    autocast: str = "none"
+    # sync | overlap: in overlap the learner runs in its own process and the next step's rollout rounds run while
+    # it computes the update, with the weights of the update before (staleness exactly one version)
+    pipeline: str = "sync"
+    # overlap only: the learner process's device ("": train.device, i.e. colocated with the engine; on GPUs
+    # e.g. cuda:1 puts the learner on its own device, docs/scale.md)
+    learner_device: str = ""
+    # torch threads of the run's process (0: torch's default, one per core). A tiny model's engine is faster
+    # with 1 on CPU (its per-row ops are too small to split): configs/long.yaml sets it, docs/long_run.md
+    threads: int = 0
+
+    def __post_init__(self) -> None:
+        check_choice("train.pipeline", self.pipeline, PipelineMode)
+        if self.learner_device:
+            device_name("train.learner_device", self.learner_device)
+        for k in ("steps", "train_groups", "lr", "micro_batch_tokens", "logit_chunk", "max_rounds_per_step",
+                  "max_bad_steps", "sequence_parallel"):
+            positive(f"train.{k}", getattr(self, k))
+        check_choice("train.autocast", self.autocast, ["none", "bfloat16", "float16"])
+        positive("train.grad_clip", self.grad_clip, allow_zero=True)
+        positive("train.eval_every", self.eval_every, allow_zero=True)
+        positive("train.threads", self.threads, allow_zero=True)
+        if self.max_stall_rounds is not None:
+            positive("train.max_stall_rounds", self.max_stall_rounds)
+        positive("train.weight_decay", self.weight_decay, allow_zero=True)
+        device_name("train.device", self.device)

@@ -1,0 +1,57 @@
+"""Durable writes: fsync, replace-or-keep text files, checksums, the private run folder."""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import os
+from pathlib import Path
+
+
+def fsync_file(path: Path) -> None:
+    with open(path, "rb") as f:
+        os.fsync(f.fileno())
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def atomic_write_text(path: str | Path, text: str) -> None:
+    """Replace `path` with `text` or leave it as it was: a full disk never leaves it empty or torn."""
+    path = Path(path)
+    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
+    try:
+        with open(tmp, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
+def make_run_dir(path: str | Path) -> Path:
+    """Create a run folder private to its owner (0700: configs can name endpoints); an existing folder is kept.
+
+    Raises OSError naming the path when it is a file, lies under a file, or cannot be written."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise FileExistsError(errno.EEXIST, "exists and is not a folder", str(path))
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if not os.access(path, os.W_OK | os.X_OK):
+        raise PermissionError(errno.EACCES, "Permission denied (the run folder is not writable)", str(path))
+    return path

@@ -1,0 +1,122 @@
+"""What a run reports: the metrics of one step, the histograms kept in the history, and the run's summary.
+
+`step_metrics` is what the loggers get every step (names and meanings: docs/metrics.md);
+`record_trained` keeps what the summary needs in `history` (so it survives a resume);
+`summarize` is the end-of-run `summary.json`.
+"""
+
+from __future__ import annotations
+
+import resource
+from collections import Counter
+from pathlib import Path
+
+from ulorl.evaluation.metrics import length_stats, paired_difference
+from ulorl.run.session import TrainSession
+from ulorl.trajectory import Trajectory
+
+
+def overlap_metrics(ahead: Counter, update: dict, wait_s: float, window_s: float) -> dict:
+    """How well the update was hidden behind the next step's rounds (`train.pipeline=overlap`).
+
+    `ahead`: what those rounds counted; `update`: the update's metrics (`timing_s/update_compute`, measured in the
+    learner process); `wait_s`: the driver waited this long for the update after its rounds; `window_s`: submit
+    to result. Efficiency = the time both ran at once / the shorter of the two (1: fully hidden)."""
+    busy, compute = ahead["gen_s"] + ahead["reward_s"], update.get("timing_s/update_compute", 0.0)
+    hidden = max(0.0, busy + compute - window_s)
+    return {"pipeline/wait_for_update_s": wait_s, "pipeline/ahead_rounds": float(ahead["rounds"]),
+            "pipeline/overlap_efficiency": min(1.0, hidden / max(min(busy, compute), 1e-9))}
+
+
+def step_metrics(session: TrainSession, batch: list[Trajectory], update: dict, counts: Counter, update_s: float,
+                 step_s: float) -> dict:
+    """The loggers' metrics of one step: the update's, the batch's, the rounds' `counts`, timings, rewards."""
+    lengths = [t.response_len for t in batch]
+    count_into(session.history["segments_hist"], Counter(len(t.segments) for t in batch))
+    session.history["entropy"].append(round(update["actor/entropy"], 5))
+    return {
+        **update,
+        "critic/score/mean": sum(t.reward for t in batch) / len(batch),
+        "response_length/mean": sum(lengths) / len(lengths),
+        "response_length/max": float(max(lengths)),
+        "response_length/clip_ratio": sum(t.truncated for t in batch) / len(batch),
+        "rollout/unfinished_pool": float(len(session.unfinished)),
+        "rollout/experience_pool": float(session.experience.num_samples()),
+        "rollout/new_prompts": float(counts["new_prompts"]),
+        "rollout/rounds": float(counts["rounds"]),
+        "rollout/segments_per_sample": sum(len(t.segments) for t in batch) / len(batch),
+        "rollout/reprefill_tokens": float(counts["reprefill"]),
+        "rollout/prefill_tokens": float(counts["prefill"]),
+        "rollout/prefill_padded_tokens": float(counts["prefill_padded"]),
+        "rollout/decoded_tokens": float(counts["decoded"]),
+        "rollout/max_staleness": float(counts["max_staleness"]),
+        "rollout/dropped_groups": float(counts["dropped_groups"]),
+        "rollout/reward_failed_groups": float(counts["reward_failed_groups"]),
+        "rollout/slot_utilisation": counts["decoded"] / max(counts["slots"], 1),
+        "timing_s/gen": counts["gen_s"],
+        "timing_s/reward": counts["reward_s"],
+        "timing_s/update": update_s,
+        "timing_s/step": step_s,
+        "perf/throughput": counts["decoded"] / max(step_s, 1e-9),
+        "train/step": float(session.step),
+        "train/trained_samples": float(session.counters["trained_samples"]),
+        **{k: float(v) for k, v in session.reward.metrics().items()},
+    }
+
+
+def record_trained(history: dict, batch: list[Trajectory], staleness: Counter) -> None:
+    """What the summary reports about trained samples, kept in `history` (so it survives a resume): histograms
+    of response length (exact lengths: at most L + 1 entries however long the run) and of staleness in
+    versions, and the number truncated."""
+    count_into(history.setdefault("trained_length_hist", {}), Counter(t.response_len for t in batch))
+    history["trained_truncated"] = history.get("trained_truncated", 0) + sum(t.truncated for t in batch)
+    count_into(history.setdefault("staleness_hist", {}), staleness)
+
+
+def count_into(hist: dict[str, int], counts: Counter) -> None:
+    """Add `counts` to a histogram kept in the (JSON) history, whose keys are strings."""
+    for k, v in counts.items():
+        hist[str(k)] = hist.get(str(k), 0) + v
+
+
+def by_number(hist: dict[str, int]) -> dict[str, int]:
+    """A history histogram ordered by its numeric keys."""
+    return dict(sorted(hist.items(), key=lambda kv: int(kv[0])))
+
+
+def summarize(session: TrainSession, checkpoint=None) -> dict:
+    """The run's summary (also `summary.json`): held-out before/after with the paired comparison, trained
+    samples' lengths, segments and staleness, peak memory and the last checkpoint's size."""
+    ev, correct, h = session.history["eval"], session.history.get("eval_correct", {}), session.history
+    paired = None
+    if "before" in correct and "after" in correct and len(correct["before"]) > 1:
+        paired = paired_difference(correct["before"], correct["after"], session.cfg.eval.k)
+    out = {"run_dir": str(session.run_dir), "steps": session.step, "trained_samples": session.counters["trained_samples"],
+           "dropped_groups": session.counters["dropped_groups"],
+           "reward_failed_groups": session.counters.get("reward_failed_groups", 0), "eval_before": ev.get("before"),
+           "eval_after": ev.get("after"), "eval_paired": paired, "entropy": h["entropy"],
+           "segments_hist": by_number(h["segments_hist"])}
+    if h.get("trained_length_hist"):
+        lengths = [int(n) for n, c in h["trained_length_hist"].items() for _ in range(c)]
+        stats = {k.split("/")[1]: v for k, v in length_stats(lengths).items()}  # mean, p50, p90, max
+        out["trained_lengths"] = {**stats, "truncated_share": h["trained_truncated"] / len(lengths)}
+    if h.get("staleness_hist"):
+        out["staleness_hist"] = by_number(h["staleness_hist"])
+    out["peak_rss_mib"] = peak_rss_mib(session)
+    if checkpoint is not None:
+        out["checkpoint_mib"] = sum(f.stat().st_size for f in Path(checkpoint).rglob("*") if f.is_file()) / 2**20
+    return out
+
+
+def peak_rss_mib(session: TrainSession) -> dict:
+    """Peak resident memory of this process and, with `train.pipeline=overlap`, of the learner process (MiB)."""
+    out = {"driver": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}  # KiB on Linux
+    pid = getattr(session.learner, "pid", None)
+    if pid:
+        try:
+            for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+                if line.startswith("VmHWM:"):
+                    out["learner"] = int(line.split()[1]) / 1024
+        except OSError:
+            pass
+    return out
