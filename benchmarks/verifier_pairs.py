@@ -24,7 +24,7 @@ model response, with the answer boxed or after "Answer:"), ``ground_truth``,
     python benchmarks/verifier_pairs.py build   # writes tests/reward/data/verifier_pairs.jsonl
     python benchmarks/verifier_pairs.py score   # scores it with RuleVerifier, prints the shares (JSON last)
 
-The committed file is what ``tests/reward/test_reward_pairs.py`` checks; the
+The committed file is what ``tests/reward/test_pairs.py`` checks; the
 figures are reported in ``docs/rewards.md``.
 """
 

@@ -1,7 +1,7 @@
 """`model.path` as a GGUF file or a package shipping one (ulorl/models/gguf.py): converted once, then reused;
 a foreign or damaged file is a one-line error naming it. No real GGUF is needed: the conversion itself
 (`convert_gguf`, transformers' GGUF reader) is replaced by a recorder where only the caching is tested; the
-real conversion is covered by tests/test_real_model.py (opt-in)."""
+real conversion is covered by tests/models/test_real_model.py (opt-in)."""
 
 from __future__ import annotations
 

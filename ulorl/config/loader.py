@@ -19,25 +19,10 @@ from typing import Any
 
 import yaml
 
-from ulorl.errors import UlorlError
+from ulorl.errors import ConfigError, check_choice
 
-
-class ConfigError(UlorlError, ValueError):
-    """A config problem, reported with the dotted key it concerns."""
-
-
-def check_choice(key: str, value: Any, allowed: Iterable[str | Enum], also: str = "") -> None:
-    """Raise `ConfigError` unless `value` is one of `allowed` (an Enum class or names), naming the key and choices.
-
-    `also` names further accepted forms that are not a fixed list (e.g. "'module:function'").
-    The one "choose one of" check of every config section: the message reads
-    `KEY='VALUE' is not allowed; choose one of: a, b, c`."""
-    names = [a.value if isinstance(a, Enum) else a for a in allowed]
-    if isinstance(value, Enum):
-        value = value.value
-    if value not in names:
-        choices = ", ".join(names) + (f", {also}" if also else "")
-        raise ConfigError(f"{key}={value!r} is not allowed; choose one of: {choices}")
+__all__ = ["ConfigError", "build", "check_choice", "deep_merge", "dump_yaml", "load_config", "parse_overrides",
+           "to_dict"]
 
 
 def _type_name(tp: Any) -> str:

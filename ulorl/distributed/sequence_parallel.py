@@ -28,7 +28,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
-from ulorl.config.loader import ConfigError
+from ulorl.errors import ConfigError
 
 ATTN_NAME = "ulorl_ulysses"
 _state: dict = {"group": None, "inner": None}

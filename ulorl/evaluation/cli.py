@@ -7,7 +7,7 @@ import json
 from dataclasses import fields
 from pathlib import Path
 
-from ulorl.config.loader import ConfigError
+from ulorl.errors import ConfigError
 from ulorl.config.data import DataConfig
 from ulorl.data.loaders import load_source
 from ulorl.config.evaluation import EvalConfig

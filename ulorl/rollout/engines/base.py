@@ -14,7 +14,7 @@ from typing import Protocol, runtime_checkable
 
 import torch
 
-from ulorl.config.loader import ConfigError
+from ulorl.errors import ConfigError
 
 
 def check_sampling(temperature: float, top_p: float, top_k: int, prefix: str = "") -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from enum import Enum
 
-from ulorl.config.loader import check_choice
+from ulorl.errors import check_choice
 from ulorl.rollout.engines.base import Engine
 
 

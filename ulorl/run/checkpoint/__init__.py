@@ -43,7 +43,7 @@ the notes). Once the state is restored, `commit_resumed` points `latest` at the 
 
 Test hook: `ULORL_TEST_CRASH_IN_SAVE=<phase>[@<step>]` makes `save_checkpoint` exit the process
 at once (`os._exit(137)`, like SIGKILL) at one of the phases in `CRASH_PHASES`, for the step given
-(any step without `@`). Used by tests/resume/test_resume_kill.py; never set it otherwise.
+(any step without `@`). Used by tests/run/checkpoint/test_resume_kill.py; never set it otherwise.
 """
 
 from ulorl.run.checkpoint.atomic import atomic_write_text, make_run_dir

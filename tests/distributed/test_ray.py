@@ -98,7 +98,7 @@ def test_ray_two_engines_same_accounting_as_local(tmp_path, fake_reward, ray_ses
 @pytest.mark.slow  # two more actors to start (~25 s on 2 busy cores); the gloo arithmetic itself is tested without Ray
 def test_ray_learner_two_gloo_actors_equal_one_process(tiny_model_dir, ray_session):
     # two learner actors form a gloo group through Ray (rank 0's address, a free port) and shard the batch
-    from test_dist_sharded_learner import batch
+    from tests.distributed.test_sharded_learner import batch
 
     from ulorl.distributed.ray_learner import RayLearner
     from ulorl.learners.local import LocalLearner

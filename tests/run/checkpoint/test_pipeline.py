@@ -7,7 +7,7 @@
 - a run stopped at a step boundary and resumed equals the uninterrupted run (samples, metrics,
   weights, pools): the filled pool of the next step is part of the checkpoint;
 - the overlap metrics are logged; configurations the mode cannot run fail at load.
-(SIGKILL at random moments in overlap mode: tests/resume/test_resume_kill.py.)
+(SIGKILL at random moments in overlap mode: tests/run/checkpoint/test_resume_kill.py.)
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from dataclasses import fields
 from pathlib import Path
 
 import pytest
-import resume_helpers as R
+from tests.run.checkpoint import resume_helpers as R
 import torch
 
 from ulorl.config import ConfigError, check_runnable, load_run_config

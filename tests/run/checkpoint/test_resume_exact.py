@@ -12,7 +12,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-import resume_helpers as R
+from tests.run.checkpoint import resume_helpers as R
 import torch
 
 from ulorl.run.loop import train

@@ -12,8 +12,8 @@ from __future__ import annotations
 import time
 
 import pytest
-import resume_helpers as R
-from test_resume_kill import Child, _context, committed, samples_logged
+from tests.run.checkpoint import resume_helpers as R
+from tests.run.checkpoint.test_resume_kill import Child, _context, committed, samples_logged
 
 from ulorl.run.loop import train
 

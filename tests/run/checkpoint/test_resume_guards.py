@@ -13,7 +13,7 @@ import signal
 from pathlib import Path
 
 import pytest
-import resume_helpers as R
+from tests.run.checkpoint import resume_helpers as R
 import torch
 
 import ulorl.run.loop as trainer

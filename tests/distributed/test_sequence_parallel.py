@@ -6,7 +6,7 @@ import copy
 import pytest
 import torch
 import torch.multiprocessing as mp
-from test_dist_sharded_learner import traj  # the sharded test's two-segment trajectories
+from tests.distributed.test_sharded_learner import traj  # the sharded test's two-segment trajectories
 
 from ulorl.config import AlgoConfig, ConfigError, TrainConfig
 from ulorl.distributed.sequence_parallel import check_heads, heads_to_seq, seq_to_heads

@@ -13,7 +13,7 @@ from ulorl.rollout.engines.torch.attention import build_decode_plan, paged_decod
 from ulorl.rollout.engines.torch.block_manager import FREE, BlockManager
 from ulorl.rollout.engines.torch.sampler import row_uniforms, sample_tokens
 
-from test_torch_engine import T, _learner_logprobs, _prefixes
+from tests.rollout.engines.test_torch import T, _learner_logprobs, _prefixes
 
 BYTES_PER_TOKEN = 1536  # the tiny model: 3 layers x 2 KV heads x 32 dims x (K, V) x 4 bytes
 

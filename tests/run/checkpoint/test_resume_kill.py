@@ -33,7 +33,7 @@ import signal
 import time
 from pathlib import Path
 
-import resume_helpers as R
+from tests.run.checkpoint import resume_helpers as R
 import torch
 
 from ulorl.run.checkpoint import CRASH_HOOK_ENV, verify_checkpoint
@@ -47,7 +47,7 @@ ENV = {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
 
 def _context():
     ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["resume_helpers", "ulorl.cli", "ulorl.run.loop", "ulorl.run.session"])
+    ctx.set_forkserver_preload(["tests.run.checkpoint.resume_helpers", "ulorl.cli", "ulorl.run.loop", "ulorl.run.session"])
     return ctx
 
 

@@ -62,7 +62,7 @@ def test_a_group_with_a_raising_reward_is_dropped_not_trained(tmp_path):
 
 
 def test_a_user_function_past_its_deadline_has_no_reward(tmp_path, monkeypatch):
-    (tmp_path / "ulorl_test_slow_reward.py").write_text(textwrap.dedent("""
+    (tmp_path / "ulorl_test_past_deadline_reward.py").write_text(textwrap.dedent("""
         import time
         def score(data_source, solution_str, ground_truth, extra_info=None):
             if solution_str == "hang":
@@ -70,7 +70,7 @@ def test_a_user_function_past_its_deadline_has_no_reward(tmp_path, monkeypatch):
             return float(solution_str == ground_truth)
     """))
     monkeypatch.syspath_prepend(str(tmp_path))
-    cfg = RewardConfig(fn="ulorl_test_slow_reward:score", timeout_s=1.0, num_workers=1, max_error_frac=1.0)
+    cfg = RewardConfig(fn="ulorl_test_past_deadline_reward:score", timeout_s=1.0, num_workers=1, max_error_frac=1.0)
     with RewardManager(cfg) as rm:
         out = rm.score_detailed(["a", "hang", "b"], ["a", "a", "a"], ["s"] * 3)
     assert out.rewards == [1.0, 0.0, 0.0]

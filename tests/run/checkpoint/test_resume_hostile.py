@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 import pytest
-import resume_helpers as R
+from tests.run.checkpoint import resume_helpers as R
 import torch
 
 import ulorl.run.checkpoint.store as ckpt_mod

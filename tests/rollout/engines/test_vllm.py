@@ -1,4 +1,4 @@
-"""The vLLM engine adapter, against a stand-in `vllm` module (tests/rollout/fake_vllm.py).
+"""The vLLM engine adapter, against a stand-in `vllm` module (tests/rollout/engines/fake_vllm.py).
 
 vLLM itself needs a GPU and is not installed in CI, so these tests check our side of the contract:
 what we pass to `vllm.LLM` / `SamplingParams` / `generate`, how outputs map to `GenerationOutput`,
@@ -11,8 +11,8 @@ import sys
 import pytest
 import torch
 
-import fake_vllm
-from fake_vllm import CompletionOutput, FakeLLM, Logprob
+from tests.rollout.engines import fake_vllm
+from tests.rollout.engines.fake_vllm import CompletionOutput, FakeLLM, Logprob
 from ulorl.config import ConfigError, VLLMConfig, load_run_config
 from ulorl.rollout.engines.base import SamplingParams
 from ulorl.rollout.engines.registry import build_engine
@@ -230,7 +230,7 @@ def test_vllm_config_validation(override, message):
 def test_qwen3_4b_preset_has_the_paper_settings():
     from pathlib import Path
 
-    cfg = load_run_config(Path(__file__).resolve().parents[2] / "configs" / "qwen3_4b.yaml")
+    cfg = load_run_config(Path(__file__).resolve().parents[3] / "configs" / "qwen3_4b.yaml")
     r, v = cfg.rollout, cfg.rollout.vllm
     assert (r.engine, r.max_response_len, r.num_segments, r.segment_len, r.group_size) == ("vllm", 131072, 8, 16384, 8)
     assert (r.temperature, r.top_p, r.top_k, r.decode_batch, cfg.train.train_groups) == (0.85, 1.0, -1, 1024, 128)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from resume_helpers import make_eos_model
+from tests.run.checkpoint.resume_helpers import make_eos_model
 
 
 @pytest.fixture(scope="session")
@@ -16,7 +16,7 @@ def eos_model(tmp_path_factory):
 def three_steps(eos_model, tmp_path_factory):
     """A 3-step run with checkpoints step_000002 and step_000003 (keep=2); tests copy it (`copy_run`) before
     changing anything."""
-    from resume_helpers import config
+    from tests.run.checkpoint.resume_helpers import config
 
     from ulorl.run.loop import train
 

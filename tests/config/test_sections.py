@@ -7,7 +7,7 @@ import pytest
 from ulorl.config import ConfigError, RunConfig, dump_yaml, load_run_config
 from ulorl.config.loader import parse_overrides
 
-CONFIGS = Path(__file__).resolve().parents[1] / "configs"
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 
 
 def test_presets_load():

@@ -14,12 +14,12 @@ import re
 import signal
 
 import pytest
-import resume_helpers as R
+from tests.run.checkpoint import resume_helpers as R
 import torch
 
 pytest.importorskip("peft")
 
-from test_resume_kill import Child, _context, committed, wait_samples_step  # noqa: E402
+from tests.run.checkpoint.test_resume_kill import Child, _context, committed, wait_samples_step  # noqa: E402
 
 from ulorl.run.checkpoint import CRASH_HOOK_ENV  # noqa: E402
 from ulorl.run.loop import train  # noqa: E402

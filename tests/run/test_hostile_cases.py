@@ -15,7 +15,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-from test_cli_errors import assert_one_line, run
+from tests.test_cli_errors import assert_one_line, run
 
 from ulorl.run.checkpoint import CheckpointError, verify_checkpoint
 
