@@ -4,15 +4,17 @@
     python examples/mathematics_data.py --out runs/smollm2_math/data --seed 0 --train 2000 --eval 300
 
 Writes `train.jsonl` and `heldout.jsonl`, rows `{"prompt", "answer", "data_source", "extra_info"}` as
-`ulorl train` reads them (docs/data.md). The problems come from the modules in `MODULES`, at the easiest
-third of each module's difficulty range (the package's `train-easy` split), in equal shares; every module
+`ulorl train` reads them (docs/data.md). The problems come from the modules in `MODULES`, below the
+package's `train-easy` split by default (`--difficulty easiest`: half a range's width under each module's
+lowest entropy, so one-digit operands and small numbers), in equal shares; every module
 and split draws from its own RNG seeded from (`--seed`, split, module), so the files depend on the seed
 alone. Held-out problems whose question also appears in the training file are dropped and replaced.
 The package iterates over sets in places, whose order follows Python's string hashing, so `main` re-runs
 itself under PYTHONHASHSEED=0 when that is not already set: the same seed gives the same bytes.
 
-The modules were chosen for SmolLM2-135M-Instruct: short numeric answers that `\\boxed{}` and math-verify
-compare, and problems the model solves some of the time (docs/real_models.md has its accuracy by module).
+The modules and the difficulty were chosen for SmolLM2-135M-Instruct: numeric answers that the `gsm8k`
+extractor (a box, an `Answer:` line, else the last number) and math-verify compare, and problems the model
+solves some of the time (docs/real_models.md has its accuracy by module; at `train-easy` it solved none).
 
 Compatibility: mathematics_dataset 1.0.1 imports `sympy.solvers.diophantine.base_solution_linear`, which
 sympy >= 1.7 keeps one module deeper; `_patch_sympy` points the old name at it before importing.
@@ -34,13 +36,11 @@ MODULES = {
     "arithmetic__add_or_sub": "add_or_sub",
     "arithmetic__add_sub_multiple": "add_sub_multiple",
     "arithmetic__mul": "mul",
-    "arithmetic__mixed": "mixed",
+    "arithmetic__div": "div",
     "numbers__place_value": "place_value",
-    "numbers__round_number": "round_number",
     "numbers__gcd": "gcd",
     "numbers__div_remainder": "div_remainder",
     "algebra__linear_1d": "linear_1d",
-    "comparison__pair": "compare_pair",
 }
 MAX_ANSWER_CHARS = 12
 
@@ -60,12 +60,21 @@ def _easy(range_: tuple[float, float]) -> tuple[float, float]:
     return lo, lo + (hi - lo) / 3
 
 
-def module_functions() -> dict[str, object]:
-    """name -> problem generator of each module in `MODULES`."""
+def _easiest(range_: tuple[float, float]) -> tuple[float, float]:
+    """Half a range's width below `train-easy`'s lower end (clamped at 0): one-digit operands, small numbers."""
+    lo, hi = range_
+    return max(0.0, lo - (hi - lo) / 2), lo
+
+
+DIFFICULTIES = {"easiest": _easiest, "train-easy": _easy}
+
+
+def module_functions(difficulty: str = "easiest") -> dict[str, object]:
+    """name -> problem generator of each module in `MODULES`, at `difficulty` (a key of `DIFFICULTIES`)."""
     _patch_sympy()
     from mathematics_dataset.modules import modules
 
-    tree = modules.train(_easy)
+    tree = modules.train(DIFFICULTIES[difficulty])
     out = {}
     for name in MODULES:
         node = tree
@@ -98,9 +107,10 @@ def generate(fn, n: int, seed: int, exclude: set[str] = frozenset()) -> list[tup
     return out
 
 
-def rows(split: str, n_total: int, seed: int, exclude: set[str] = frozenset()) -> list[dict]:
+def rows(split: str, n_total: int, seed: int, exclude: set[str] = frozenset(),
+         difficulty: str = "easiest") -> list[dict]:
     """`n_total` problems in equal shares over `MODULES`, interleaved module by module."""
-    fns = module_functions()
+    fns = module_functions(difficulty)
     per = -(-n_total // len(MODULES))
     by_module = {m: generate(fns[m], per, _seed(seed, split, m), exclude) for m in MODULES}
     out = []
@@ -113,9 +123,9 @@ def rows(split: str, n_total: int, seed: int, exclude: set[str] = frozenset()) -
     return out
 
 
-def write(out_dir: Path, seed: int, n_train: int, n_eval: int) -> tuple[Path, Path]:
-    train = rows("train", n_train, seed)
-    heldout = rows("heldout", n_eval, seed, exclude={r["prompt"] for r in train})
+def write(out_dir: Path, seed: int, n_train: int, n_eval: int, difficulty: str = "easiest") -> tuple[Path, Path]:
+    train = rows("train", n_train, seed, difficulty=difficulty)
+    heldout = rows("heldout", n_eval, seed, exclude={r["prompt"] for r in train}, difficulty=difficulty)
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = out_dir / "train.jsonl", out_dir / "heldout.jsonl"
     for path, data in zip(paths, (train, heldout)):
@@ -133,8 +143,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--train", type=int, default=2000, help="training problems")
     p.add_argument("--eval", type=int, default=300, help="held-out problems")
+    p.add_argument("--difficulty", choices=sorted(DIFFICULTIES), default="easiest",
+                   help="easiest: below the package's train-easy split (the recipe's); train-easy: its easiest third")
     args = p.parse_args(argv)
-    for path in write(Path(args.out), args.seed, args.train, args.eval):
+    for path in write(Path(args.out), args.seed, args.train, args.eval, args.difficulty):
         print(f"{sum(1 for _ in open(path))} problems -> {path}")
 
 

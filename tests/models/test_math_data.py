@@ -28,6 +28,20 @@ def test_same_seed_same_bytes_heldout_disjoint(tmp_path):
     train, heldout = ([json.loads(line) for line in f.decode().splitlines()] for f in a)
     assert len(train) == 30 and len(heldout) == 20
     assert not {r["prompt"] for r in train} & {r["prompt"] for r in heldout}
-    # 10 modules in turn: the first 10 rows are one problem of each
-    assert len({r["data_source"] for r in train[:10]}) == 10
+    # 8 modules in turn: the first 8 rows are one problem of each
+    assert len({r["data_source"] for r in train[:8]}) == 8
     assert all(r["data_source"].startswith("mathematics_dataset/") and 0 < len(r["answer"]) <= 12 for r in train)
+
+
+def test_easiest_is_below_train_easy(tmp_path):
+    # the recipe's default difficulty: smaller numbers than the package's train-easy split, module by module
+    def digits(rows):
+        return sum(sum(c.isdigit() for c in r["prompt"]) for r in rows) / len(rows)
+
+    for difficulty in ("easiest", "train-easy"):
+        subprocess.run([sys.executable, str(SCRIPT), "--out", str(tmp_path / difficulty), "--train", "40", "--eval",
+                        "8", "--difficulty", difficulty], check=True, capture_output=True)
+    easiest, easy = ([json.loads(line) for line in (tmp_path / d / "train.jsonl").read_text().splitlines()]
+                     for d in ("easiest", "train-easy"))
+    assert [r["data_source"] for r in easiest] == [r["data_source"] for r in easy]
+    assert digits(easiest) < digits(easy)
