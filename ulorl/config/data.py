@@ -1,6 +1,6 @@
 """`DataConfig`: where the prompts come from and how rows are read and checked.
 
-A leaf of the config layer (see `ulorl/config.py`): it imports no loader; errors are `ConfigError`."""
+A leaf of the config layer (see `ulorl/config/__init__.py`): it imports no loader; errors are `ConfigError`."""
 
 from __future__ import annotations
 

@@ -6,7 +6,7 @@ learner actors (a `torch.distributed` group when > 1) on a Ray cluster; the driv
 keeps the pools and the trainer loop. Checked in `__post_init__`, so a bad value
 fails before any work, naming the key.
 
-A leaf of the config layer (see `ulorl/config.py`). `BackendName` keys the `PLACEMENTS`
+A leaf of the config layer (see `ulorl/config/__init__.py`). `BackendName` keys the `PLACEMENTS`
 registry of `placement.py` and `ShardingName` is resolved in `sharded_learner.py`; the enums
 sit here, below those modules, because they build from this config (beside them, the config
 would import the distributed runtime).

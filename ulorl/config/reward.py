@@ -6,7 +6,7 @@ contains it, so ``repr(cfg)``, ``cfg.to_dict()``, saved YAML and logs can never
 leak it. ``api_key_env`` must look like an environment variable name, which
 also catches a key pasted into it by mistake.
 
-A leaf of the config layer (see ``ulorl/config.py``): it imports only the reward
+A leaf of the config layer (see ``ulorl/config/__init__.py``): it imports only the reward
 registries that name the valid choices (``registry``, ``extract``, ``judge``,
 ``overlong``), never the reward workers. Every error is a ``ConfigError``; build
 from a mapping with ``ulorl.config.loader.build(RewardConfig, d, "reward.")``.
