@@ -43,3 +43,30 @@ def test_the_system_prompt_reaches_the_rendered_prompt(tmp_path):
     (rec,), _ = load_source(str(data), tok, DataConfig(format="jsonl", **opts), split="eval")
     (plain,), _ = load_source(str(data), tok, DataConfig(format="jsonl"), split="eval")
     assert "zz top" in rec.prompt_text and "zz top" not in plain.prompt_text
+
+
+def test_the_protocol_and_model_come_from_the_preset_and_flags_win(tmp_path):
+    from ulorl.evaluation.cli import eval_config, model_path
+
+    preset = tmp_path / "run.yaml"
+    preset.write_text("model:\n  path: /models/m\neval:\n  k: 3\n  temperature: 0.7\n  top_k: 20\n"
+                      "  max_new_tokens: 128\n  pass_k: [1, 3]\n")
+    cfg = eval_config(_args("--config", str(preset)))
+    assert (cfg.k, cfg.temperature, cfg.top_k, cfg.max_new_tokens, cfg.pass_k) == (3, 0.7, 20, 128, [1, 3])
+    assert cfg.top_p == 0.95 and cfg.seed == 0  # not in the preset: the paper's protocol
+    cfg = eval_config(_args("--config", str(preset), "--k", "2", "--temperature", "0.5", "--pass-k", "1"))
+    assert (cfg.k, cfg.temperature, cfg.top_k, cfg.pass_k) == (2, 0.5, 20, [1])
+    default = eval_config(_args())
+    assert (default.k, default.temperature, default.top_k, default.pass_k) == (32, 0.85, 20, [1, 8, 32])
+    assert model_path(_args("--config", str(preset))) == "/models/m"
+    assert model_path(_args("--config", str(preset), "--model", "builtin")) == "builtin"
+    assert model_path(_args()) == "builtin"
+
+
+def test_a_bad_protocol_value_in_the_preset_names_its_key(tmp_path):
+    from ulorl.evaluation.cli import eval_config
+
+    preset = tmp_path / "run.yaml"
+    preset.write_text("eval:\n  temperature: -1\n")
+    with pytest.raises(ConfigError, match="eval.temperature"):
+        eval_config(_args("--config", str(preset)))
