@@ -106,15 +106,24 @@ def _digits(c: int) -> str:
 
 
 def generate_problems(
-    n: int, seed: int, alpha: float = 1.0, min_size: int = 2, max_size: int = 680
+    n: int, seed: int, alpha: float = 1.0, min_size: int = 2, max_size: int = 680, uniform: float = 0.0
 ) -> list[OdometerProblem]:
-    """`n` problems, fully determined by `seed` and the size law."""
+    """`n` problems, fully determined by `seed` and the size law.
+
+    `uniform`: the share of problems whose size is drawn uniformly from [min_size, max_size] instead of the
+    Pareto law (a mixture: long problems without the Pareto law's spike at max_size). 0 draws exactly the
+    problems it always drew."""
     if not 1 <= min_size <= max_size <= MAX_STEPS:
         raise ValueError(f"need 1 <= min_size <= max_size <= {MAX_STEPS}, got {min_size}, {max_size}")
+    if not 0.0 <= uniform <= 1.0:
+        raise ValueError(f"need uniform in [0, 1], got {uniform}")
     rng = np.random.default_rng(seed)
     probs = []
     for _ in range(n):
-        size = sample_size(rng, alpha, min_size, max_size)
+        if uniform and rng.random() < uniform:
+            size = int(rng.integers(min_size, max_size + 1))
+        else:
+            size = sample_size(rng, alpha, min_size, max_size)
         probs.append(OdometerProblem(start=int(rng.integers(10)), steps=size))
     return probs
 
@@ -125,5 +134,5 @@ def to_row(p: OdometerProblem, index: int, split: str) -> dict:
 
 
 def make_rows(n: int, seed: int, split: str = "train", **size_law) -> list[dict]:
-    """`n` rows of the task; `size_law` forwards alpha/min_size/max_size."""
+    """`n` rows of the task; `size_law` forwards alpha/min_size/max_size/uniform."""
     return [to_row(p, i, split) for i, p in enumerate(generate_problems(n, seed, **size_law))]
