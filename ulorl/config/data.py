@@ -45,6 +45,8 @@ class DataConfig:
     on_bad_row: str = "error"  # error | skip
     train_size: int = 4000  # built-in task only
     eval_size: int = 200  # built-in task only
+    alpha: float | None = None  # built-in task only: size-law exponent of both splits (None: the task's own)
+    uniform: float = 0.0  # odometer only: share of problems (both splits) with sizes uniform on the task's range
     seed: int = 0  # built-in task seed (eval uses a different one) and shuffle seed
     shuffle: bool = True  # shuffle the training prompts once at load time
     system_prompt: str | None = None  # a system message put first in every prompt that has none
@@ -75,6 +77,10 @@ class DataConfig:
         for name in ("max_prompt_len", "train_size", "eval_size"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"data.{name} must be >= 1, got {getattr(self, name)}")
+        if self.alpha is not None and not self.alpha > 0:
+            raise ConfigError(f"data.alpha must be > 0 (or null: the task's own), got {self.alpha}")
+        if not 0.0 <= self.uniform <= 1.0:
+            raise ConfigError(f"data.uniform must be in [0, 1], got {self.uniform}")
 
     def sources(self, split: str) -> list[str]:
         """The sources of `split` ('train' or 'eval') as a list (empty when data.eval is null)."""

@@ -37,9 +37,12 @@ class RawSource:
 def _builtin_rows(source: str, cfg: DataConfig, split: str) -> list[dict]:
     if source not in BUILTINS:
         raise DataError(f"unknown built-in source {source!r}; valid: {list(BUILTINS)}")
+    law = {} if cfg.alpha is None else {"alpha": cfg.alpha}
+    if cfg.uniform:
+        law["uniform"] = cfg.uniform
     if split == "train":
-        return task_rows(source, cfg.train_size, seed=cfg.seed, split="train")
-    return task_rows(source, cfg.eval_size, seed=cfg.seed + EVAL_SEED_OFFSET, split=split)
+        return task_rows(source, cfg.train_size, seed=cfg.seed, split="train", **law)
+    return task_rows(source, cfg.eval_size, seed=cfg.seed + EVAL_SEED_OFFSET, split=split, **law)
 
 
 def _storage_for(path: str, fmt: DataFormat) -> Storage:
