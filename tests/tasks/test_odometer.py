@@ -153,3 +153,63 @@ def test_long_model_preset(tmp_path, monkeypatch):
     assert float(model.model.layers[0].self_attn.q_norm.weight.detach().mean()) == 2.0
     with pytest.raises(ValueError, match="default.*long"):
         resolve_model_path("builtin:huge")
+
+
+def test_uniform_share_mixes_a_flat_law_into_the_sizes_and_zero_changes_nothing():
+    # uniform=0 draws exactly the problems the generator always drew (no extra random numbers)
+    assert generate_problems(300, seed=3, uniform=0.0) == generate_problems(300, seed=3)
+    flat = np.array([p.steps for p in generate_problems(4000, seed=3, uniform=1.0)])
+    assert flat.min() >= 2 and flat.max() <= 680
+    assert abs(flat.mean() - 341) < 15  # uniform on [2, 680]
+    assert (flat == 680).mean() < 0.01  # no spike at the cap, unlike a small alpha
+    mixed = np.array([p.steps for p in generate_problems(4000, seed=3, uniform=0.3)])
+    pareto = np.array([p.steps for p in generate_problems(4000, seed=3)])
+    assert 0.2 < (mixed >= 170).mean() < 0.3 and (pareto >= 170).mean() < 0.02
+    with pytest.raises(ValueError, match="uniform"):
+        generate_problems(1, seed=0, uniform=1.5)
+
+
+def test_data_size_law_reaches_both_builtin_splits():
+    from ulorl.config import ConfigError
+    from ulorl.data.config import DataConfig
+    from ulorl.data.loaders import EVAL_SEED_OFFSET, _builtin_rows
+
+    def sizes(cfg, split):
+        return np.array([r["extra_info"]["size"] for r in _builtin_rows(BuiltinTask.ODOMETER.value, cfg, split)])
+
+    base = DataConfig(train="builtin:odometer", eval="builtin:odometer", train_size=500, eval_size=300)
+    flat = DataConfig(train="builtin:odometer", eval="builtin:odometer", train_size=500, eval_size=300,
+                      alpha=0.5, uniform=0.2)
+    for split in ("train", "eval"):
+        assert (sizes(flat, split) >= 166).sum() > 5 * max((sizes(base, split) >= 166).sum(), 1)
+    # without a size law the splits are the task's own, as before
+    assert _builtin_rows(BuiltinTask.ODOMETER.value, base, "eval") == \
+        task_rows(BuiltinTask.ODOMETER.value, 300, seed=base.seed + EVAL_SEED_OFFSET, split="eval")
+    with pytest.raises(ConfigError, match="data.uniform"):
+        DataConfig(uniform=2.0)
+    with pytest.raises(ConfigError, match="data.alpha"):
+        DataConfig(alpha=0.0)
+
+
+def test_sft_curriculum_trains_short_problems_first(monkeypatch, tmp_path):
+    from ulorl.config import ConfigError, ModelConfig, SFTConfig
+    from ulorl import sft as sft_mod
+
+    with pytest.raises(ConfigError, match="short_steps"):
+        SFTConfig(steps=10, short_steps=11)
+    with pytest.raises(ConfigError, match="sft.uniform"):
+        SFTConfig(uniform=-0.1)
+    seen = []
+    real_batch = sft_mod._batch
+
+    def spy(seqs, pad_id):
+        seen.append(max(len(r) for _, r in seqs))
+        return real_batch(seqs, pad_id)
+
+    monkeypatch.setattr(sft_mod, "_batch", spy)
+    cfg = SFTConfig(task="builtin:odometer", steps=12, short_steps=8, short_max_size=5, max_size=100, alpha=0.5,
+                    uniform=0.5, bucketed=True, batch_tokens=1024, batch_size=4, num_examples=60, lr=1e-3)
+    sft_mod.run_sft(ModelConfig(path="builtin:long"), cfg, tmp_path, progress=False)
+    assert len(seen) == 12
+    assert max(seen[:8]) <= 6 * 5 + 9  # short phase: n <= 5, at most 39 response tokens with EOS
+    assert max(seen[8:]) > 39  # then the full law

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ulorl.config.checks import positive
-from ulorl.config.loader import check_choice
+from ulorl.config.loader import ConfigError, check_choice
 from ulorl.tasks import BuiltinTask
 
 
@@ -23,11 +23,22 @@ class SFTConfig:
     task: str = "builtin:chain"  # the built-in task whose worked solutions are trained on (ulorl.tasks)
     alpha: float | None = None  # size-law exponent of the SFT problems; None: the task's own
     max_response_tokens: int | None = None  # cut longer solutions there, without EOS (cheap long-problem steps)
+    uniform: float = 0.0  # odometer only: share of SFT problems with sizes uniform on [2, max_size] (the rest: alpha)
+    # curriculum: the first short_steps steps train only on problems of at most short_max_size steps (their own
+    # examples, same size law), so that the per-step rule is learnt where no shortcut is (docs/long_run.md)
+    short_steps: int = 0
+    short_max_size: int = 20
 
     def __post_init__(self) -> None:
         for k in ("steps", "batch_size", "batch_tokens", "lr", "num_examples", "max_size"):
             positive(f"sft.{k}", getattr(self, k))
         positive("sft.warmup_steps", self.warmup_steps, allow_zero=True)
+        positive("sft.short_steps", self.short_steps, allow_zero=True)
+        positive("sft.short_max_size", self.short_max_size)
+        if not 0.0 <= self.uniform <= 1.0:
+            raise ConfigError(f"sft.uniform must be in [0, 1], got {self.uniform}")
+        if self.short_steps > self.steps:
+            raise ConfigError(f"sft.short_steps={self.short_steps} is more than sft.steps={self.steps}")
         check_choice("sft.task", self.task, BuiltinTask)
         for k in ("alpha", "max_response_tokens"):
             if getattr(self, k) is not None:

@@ -32,13 +32,16 @@ SFT_SEED_OFFSET = 7919  # SFT problems never share a seed with the RL train/eval
 
 
 def sft_sequences(tokenizer, n: int, seed: int, max_size: int, task: str = BuiltinTask.CHAIN.value,
-                  alpha: float | None = None, max_response_tokens: int | None = None
+                  alpha: float | None = None, max_response_tokens: int | None = None, uniform: float = 0.0
                   ) -> list[tuple[list[int], list[int]]]:
     """(prompt tokens, response tokens incl. EOS) for `n` problems of `task` of size <= max_size.
 
-    `alpha`: the size law's exponent (None: the task's default). Responses longer than
-    `max_response_tokens` are cut to that many tokens, without EOS."""
+    `alpha`: the size law's exponent (None: the task's default); `uniform`: the share of sizes drawn
+    uniformly instead (odometer only). Responses longer than `max_response_tokens` are cut to that many
+    tokens, without EOS."""
     law = {"max_size": max_size} if alpha is None else {"max_size": max_size, "alpha": alpha}
+    if uniform:
+        law["uniform"] = uniform
     rows = task_rows(task, n, seed=seed + SFT_SEED_OFFSET, split="sft", **law)
     out = []
     for r in rows:
@@ -90,16 +93,28 @@ def run_sft(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progres
     torch.manual_seed(cfg.seed)
     tok = load_tokenizer(model_cfg.path, model_cfg.trust_remote_code)
     model = load_model(model_cfg.path, model_cfg.dtype, model_cfg.trust_remote_code)
-    data = sft_sequences(tok, cfg.num_examples, cfg.seed, cfg.max_size, cfg.task, cfg.alpha, cfg.max_response_tokens)
+    full = sft_sequences(tok, cfg.num_examples, cfg.seed, cfg.max_size, cfg.task, cfg.alpha, cfg.max_response_tokens,
+                         cfg.uniform)
+    phases = [(full, cfg.steps - cfg.short_steps)]
+    if cfg.short_steps:  # the curriculum's first phase: short problems only
+        short = sft_sequences(tok, cfg.num_examples, cfg.seed, min(cfg.short_max_size, cfg.max_size), cfg.task,
+                              cfg.alpha, cfg.max_response_tokens, cfg.uniform)
+        phases.insert(0, (short, cfg.short_steps))
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
     gen = torch.Generator().manual_seed(cfg.seed)
-    batches = bucket_batches([len(p) + len(r) for p, r in data], cfg.batch_tokens, cfg.batch_size)
+    schedule = []  # (examples, their length buckets) of every step
+    for data, n in phases:
+        batches = bucket_batches([len(p) + len(r) for p, r in data], cfg.batch_tokens, cfg.batch_size)
+        schedule += [(data, batches)] * n
     order: list[int] = []
     model.train()
     losses = []
     t0 = time.time()
     with open(out / "metrics.jsonl", "w") as log, tqdm(total=cfg.steps, desc="sft", disable=not progress) as bar:
         for step in range(cfg.steps):
+            data, batches = schedule[step]
+            if step == cfg.short_steps and step:
+                order = []  # the full data's first epoch starts here
             if cfg.bucketed:
                 if not order:  # a new epoch over the buckets, in random order
                     order = torch.randperm(len(batches), generator=gen).tolist()
