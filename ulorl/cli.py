@@ -80,6 +80,11 @@ def format_summary(s: dict) -> str:
     total = sum(s["segments_hist"].values()) or 1
     lines.append("trained samples by number of segments: " + "  ".join(
         f"{k}: {v} ({100 * v / total:.0f}%)" for k, v in s["segments_hist"].items()))
+    if s.get("segments_eos_truncated"):
+        lines.append("  of which EOS / truncated: " + "  ".join(
+            f"{k}: {v['eos']}/{v['truncated']}" for k, v in s["segments_eos_truncated"].items()))
+        e = s.get("trained_eos_at_least", {})
+        lines.append(f"  EOS answers of >= 1,024 tokens: {e.get('1024', 0)}, >= 2,048 tokens: {e.get('2048', 0)}")
     t = s.get("trained_lengths")
     if t:
         lines.append(f"trained response length: mean {t['mean']:.0f}  p50 {t['p50']:.0f}  p90 {t['p90']:.0f}  "

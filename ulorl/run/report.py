@@ -70,6 +70,11 @@ def record_trained(history: dict, batch: list[Trajectory], staleness: Counter) -
     versions, and the number truncated."""
     count_into(history.setdefault("trained_length_hist", {}), Counter(t.response_len for t in batch))
     history["trained_truncated"] = history.get("trained_truncated", 0) + sum(t.truncated for t in batch)
+    # truncated samples by number of segments (the rest of segments_hist ended with EOS), and long EOS answers
+    count_into(history.setdefault("segments_truncated_hist", {}), Counter(len(t.segments) for t in batch
+                                                                          if t.truncated))
+    count_into(history.setdefault("trained_eos_at_least", {}), Counter(
+        n for t in batch if not t.truncated for n in (1024, 2048) if t.response_len >= n))
     count_into(history.setdefault("staleness_hist", {}), staleness)
 
 
@@ -102,6 +107,11 @@ def summarize(session: TrainSession, checkpoint=None) -> dict:
         out["trained_lengths"] = {**stats, "truncated_share": h["trained_truncated"] / len(lengths)}
     if h.get("staleness_hist"):
         out["staleness_hist"] = by_number(h["staleness_hist"])
+    if "segments_truncated_hist" in h:
+        trunc = h["segments_truncated_hist"]
+        out["segments_eos_truncated"] = {k: {"eos": v - trunc.get(k, 0), "truncated": trunc.get(k, 0)}
+                                         for k, v in out["segments_hist"].items()}
+        out["trained_eos_at_least"] = {str(n): h.get("trained_eos_at_least", {}).get(str(n), 0) for n in (1024, 2048)}
     out["peak_rss_mib"] = peak_rss_mib(session)
     if checkpoint is not None:
         out["checkpoint_mib"] = sum(f.stat().st_size for f in Path(checkpoint).rglob("*") if f.is_file()) / 2**20

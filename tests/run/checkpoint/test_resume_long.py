@@ -59,8 +59,15 @@ def test_long_run_killed_mid_segment_resumes_with_nothing_lost_or_trained_twice(
     assert R.pools(R.latest(run)) == R.pools(R.latest(ref))
     R.assert_same_weights(R.weights(R.latest(run)), R.weights(R.latest(ref)))
     # the summary's long-run figures survive the kill, and agree with the samples log
-    for key in ("trained_lengths", "staleness_hist", "segments_hist"):
+    for key in ("trained_lengths", "staleness_hist", "segments_hist", "segments_eos_truncated", "trained_eos_at_least"):
         assert summary[key] == ref_summary[key], key
+    by_stop = {}
+    for r in trained:
+        d = by_stop.setdefault(str(r["num_segments"]), {"eos": 0, "truncated": 0})
+        d["eos" if r["stop_reason"] == "eos" else "truncated"] += 1
+    assert summary["segments_eos_truncated"] == dict(sorted(by_stop.items(), key=lambda kv: int(kv[0])))
+    assert summary["trained_eos_at_least"] == {str(n): sum(r["stop_reason"] == "eos" and r["response_length"] >= n
+                                                           for r in trained) for n in (1024, 2048)}
     lengths = sorted(r["response_length"] for r in trained)
     assert summary["trained_lengths"]["max"] == lengths[-1] and summary["trained_lengths"]["mean"] == pytest.approx(
         sum(lengths) / len(lengths))
