@@ -6,9 +6,14 @@ Reads the run folder (`metrics.jsonl`, `history.json`, `config.yaml`) and writes
 behind them (`figures.json`):
 - `response_length.png`: trained samples' response length per step (mean and max) and the truncated share;
 - `entropy.png`: policy entropy per step and the DMMPT mask ratio;
-- `accuracy_by_length.png`: held-out avg@k before and after RL by problem size (the eval problems are rebuilt
-  from the run's data config, so sizes match `eval_correct` problem by problem), with standard errors;
+- `accuracy_by_length.png`: held-out avg@k before and after RL by the reference answer's length in tokens
+  (6n + 9 with EOS; the eval problems are rebuilt from the run's data config, so sizes match `eval_correct`
+  problem by problem), with standard errors; `figures.json` adds the paired change, its SE and z per bucket
+  and for all problems whose reference answer has >= 1,000 tokens;
 - `step_time.png`: seconds per step split into generation, reward and update.
+
+`figures.json` also counts the trained samples (`samples.jsonl`) by number of segments, EOS against truncated,
+and the EOS answers of at least 1,024 and 2,048 tokens.
 """
 
 from __future__ import annotations
@@ -22,7 +27,14 @@ from matplotlib.figure import Figure
 
 from benchlib import emit
 
-BUCKETS = ((2, 9), (10, 29), (30, 59), (60, 99), (100, 199), (200, 399), (400, 680))  # problem steps n
+# reference answer length in tokens with EOS (6n + 9 for odometer), half-open [lo, hi)
+TOKEN_BUCKETS = ((0, 256), (256, 1024), (1024, 2048), (2048, 4097))
+LONG_TOKENS = 1000  # the issue's "long answer": a reference answer of at least this many tokens
+
+
+def answer_tokens(n: int) -> int:
+    """Tokens of odometer's correct answer to an n-step problem, EOS included."""
+    return 6 * n + 9
 
 
 def eval_sizes(run: Path) -> list[int]:
@@ -32,26 +44,56 @@ def eval_sizes(run: Path) -> list[int]:
     from ulorl.tasks import task_rows
 
     cfg = load_run_config(str(run / "config.yaml"), [])
-    rows = task_rows(cfg.data.eval, cfg.data.eval_size, seed=cfg.data.seed + EVAL_SEED_OFFSET, split="eval")
+    law = {} if getattr(cfg.data, "alpha", None) is None else {"alpha": cfg.data.alpha}
+    if getattr(cfg.data, "uniform", 0.0):
+        law["uniform"] = cfg.data.uniform
+    rows = task_rows(cfg.data.eval, cfg.data.eval_size, seed=cfg.data.seed + EVAL_SEED_OFFSET, split="eval", **law)
     n = cfg.eval.num_problems or len(rows)
     return [int(r["extra_info"]["size"]) for r in rows[:n]]
 
 
 def accuracy_by_length(sizes: list[int], correct: dict[str, list[int]], k: int) -> list[dict]:
-    """Per bucket: problems, answer tokens of a correct response, avg@k before/after and the paired SE."""
+    """Per answer-length bucket (and for answers of >= LONG_TOKENS): problems, avg@k before/after with their
+    SEs, and the paired change with its SE and z."""
     out = []
-    for lo, hi in BUCKETS:
-        idx = [i for i, n in enumerate(sizes) if lo <= n <= hi]
+    groups = [(f"{lo}-{hi - 1}", lambda t, lo=lo, hi=hi: lo <= t < hi) for lo, hi in TOKEN_BUCKETS]
+    groups.append((f">={LONG_TOKENS}", lambda t: t >= LONG_TOKENS))
+    for name, inside in groups:
+        idx = [i for i, n in enumerate(sizes) if inside(answer_tokens(n))]
         if not idx:
             continue
-        row = {"steps": f"{lo}-{hi}", "answer_tokens": f"{6 * lo + 9}-{6 * hi + 9}", "problems": len(idx)}
+        row = {"answer_tokens": name, "steps": f"{min(sizes[i] for i in idx)}-{max(sizes[i] for i in idx)}",
+               "problems": len(idx)}
         for label in ("before", "after"):
             if label in correct:
                 row[label], row[f"se_{label}"] = _mean_se([correct[label][i] / k for i in idx])
         if "before" in correct and "after" in correct:
             row["change"], row["se"] = _mean_se([(correct["after"][i] - correct["before"][i]) / k for i in idx])
+            row["z"] = row["change"] / row["se"] if row["se"] else float("nan")
         out.append(row)
     return out
+
+
+def trained_by_segments(run: Path) -> dict:
+    """Trained samples (`samples.jsonl`, status `trained`) by number of segments, EOS vs truncated, and the
+    EOS answers of >= 1,024 / >= 2,048 tokens."""
+    by_seg: dict[int, dict[str, int]] = {}
+    eos_1024 = eos_2048 = 0
+    path = run / "samples.jsonl"
+    if not path.exists():
+        return {}
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("status") != "trained":
+                continue
+            d = by_seg.setdefault(int(r["num_segments"]), {"eos": 0, "truncated": 0})
+            eos = r["stop_reason"] == "eos"
+            d["eos" if eos else "truncated"] += 1
+            eos_1024 += eos and r["response_length"] >= 1024
+            eos_2048 += eos and r["response_length"] >= 2048
+    return {"by_segments": {str(k): by_seg[k] for k in sorted(by_seg)}, "eos_ge_1024": eos_1024,
+            "eos_ge_2048": eos_2048}
 
 
 def _mean_se(xs: list[float]) -> tuple[float, float]:
@@ -130,8 +172,8 @@ def main() -> int:
         if all(label in b for b in by_len):
             ax.bar([i + off for i in x], [b[label] for b in by_len], width=0.4, label=f"{label} RL",
                    yerr=[b[f"se_{label}"] for b in by_len], capsize=2)
-    ax.set_xticks(x, [f"{b['steps']}\n({b['problems']})" for b in by_len], fontsize=8)
-    ax.set_xlabel("problem steps n (held-out problems)")
+    ax.set_xticks(x, [f"{b['answer_tokens']}\n({b['problems']})" for b in by_len], fontsize=8)
+    ax.set_xlabel("reference answer tokens (held-out problems)")
     ax.set_ylabel(f"avg@{cfg_k}")
     ax.set_title("Held-out accuracy by problem length")
     ax.legend(fontsize=8)
@@ -140,7 +182,7 @@ def main() -> int:
     tot = {k: sum(v for v in col(k) if v == v) for k in ("timing_s/gen", "timing_s/reward", "timing_s/update",
                                                           "timing_s/step")}
     return emit({"run": str(args.run), "steps": len(steps), "accuracy_by_length": by_len, "time_totals_s": tot,
-                 "eval": history.get("eval")}, args.out / "figures.json")
+                 "trained": trained_by_segments(args.run), "eval": history.get("eval")}, args.out / "figures.json")
 
 
 if __name__ == "__main__":

@@ -30,6 +30,8 @@ import torch
 from benchlib import emit, machine, quiet_torch
 
 BUCKETS = ((2, 9), (10, 29), (30, 59), (60, 99), (100, 199), (200, 399), (400, 680))
+# `--buckets tokens`: the steps whose answers (6n + 9 tokens with EOS) are <256, 256-1023, 1024-2047, 2048-4096
+TOKEN_BUCKETS = ((2, 41), (42, 169), (170, 339), (340, 680))
 
 
 def length_distribution(n: int = 20_000, seed: int = 0) -> dict:
@@ -55,6 +57,8 @@ def main() -> int:
     ap.add_argument("--per-bucket", type=int, default=4)
     ap.add_argument("--k", type=int, default=8)
     ap.add_argument("--max-bucket", type=int, default=len(BUCKETS), help="evaluate the first N buckets")
+    ap.add_argument("--buckets", choices=["steps", "tokens"], default="steps",
+                    help="steps: the 7 step ranges; tokens: answers of <256, 256-1023, 1024-2047, 2048-4096 tokens")
     ap.add_argument("--engine", default="torch")
     ap.add_argument("--max-new-tokens", type=int, default=4096)
     ap.add_argument("--cap-factor", type=float, default=1.25, help="cap = this x the bucket's longest answer")
@@ -83,7 +87,7 @@ def main() -> int:
     rng = np.random.default_rng(args.seed)
     buckets = []
     with RewardManager(RewardConfig()) as rm:
-        for lo, hi in BUCKETS[: args.max_bucket]:
+        for lo, hi in (TOKEN_BUCKETS if args.buckets == "tokens" else BUCKETS)[: args.max_bucket]:
             probs = [OdometerProblem(int(rng.integers(10)), int(rng.integers(lo, hi + 1)))
                      for _ in range(args.per_bucket)]
             records, lps = [], []
@@ -102,7 +106,10 @@ def main() -> int:
             per_problem = np.array([pp["correct"] for pp in res.per_problem])
             row = {"bucket": f"{lo}-{hi}", "steps": [p.steps for p in probs],
                    "answer_tokens_mean": float(np.mean([p.num_tokens + 1 for p in probs])),
-                   "accuracy": res.summary["avg@k"], "path_prob": float(np.mean(np.exp(lps))),
+                   "accuracy": res.summary["avg@k"],
+                   "accuracy_se": float(np.std(per_problem / args.k, ddof=1) / np.sqrt(len(probs))) if len(probs) > 1
+                   else float("nan"),
+                   "answer_tokens": f"{6 * lo + 9}-{6 * hi + 9}", "path_prob": float(np.mean(np.exp(lps))),
                    "response_length_mean": res.summary["response_length/mean"],
                    "truncation_rate": res.summary["truncation_rate"], "max_new_tokens": cap,
                    "sample_s": time.perf_counter() - t0,

@@ -7,7 +7,10 @@ something to learn. `sft.task` picks the built-in task (`builtin:chain` or
 `builtin:odometer`) and `sft.alpha` its size law. With `sft.max_response_tokens`,
 longer worked solutions are cut there without EOS: since every step of a built-in
 task is local, a prefix of a long solution teaches the step at counter values that
-only long problems reach, for a fraction of the tokens (the long run's warm start).
+only long problems reach, for a fraction of the tokens. With `sft.short_steps`, the
+first steps train only on problems of at most `sft.short_max_size` steps (a
+curriculum: the long run's warm start learns odometer's addition table there, where
+no shortcut through earlier lines exists; docs/long_run.md), then on the full law.
 The loss is the mean cross-entropy over response tokens
 (prompt tokens are not trained). Batches are random (`sft.bucketed=false`, the
 default: mixed lengths learn the task more reliably) or length-bucketed under a
