@@ -171,7 +171,7 @@ def test_uniform_share_mixes_a_flat_law_into_the_sizes_and_zero_changes_nothing(
 
 def test_data_size_law_reaches_both_builtin_splits():
     from ulorl.config import ConfigError
-    from ulorl.data.config import DataConfig
+    from ulorl.config import DataConfig
     from ulorl.data.loaders import EVAL_SEED_OFFSET, _builtin_rows
 
     def sizes(cfg, split):
@@ -193,7 +193,7 @@ def test_data_size_law_reaches_both_builtin_splits():
 
 def test_sft_curriculum_trains_short_problems_first(monkeypatch, tmp_path):
     from ulorl.config import ConfigError, ModelConfig, SFTConfig
-    from ulorl import sft as sft_mod
+    from ulorl.run import sft as sft_mod
 
     with pytest.raises(ConfigError, match="short_steps"):
         SFTConfig(steps=10, short_steps=11)
