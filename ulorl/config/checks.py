@@ -18,7 +18,6 @@ def positive(key: str, value: float, allow_zero: bool = False) -> None:
 LORA_ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
-
 def device_name(key: str, name: str) -> None:
     """A device string torch can parse (`cpu`, `cuda`, `cuda:1`, `mps`, ...); whether it exists is checked
     by `check_runnable`, so a GPU preset still loads on a laptop."""

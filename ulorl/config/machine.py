@@ -1,4 +1,5 @@
-"""What a valid config needs from this machine (`check_runnable`), and the caps it puts on a config (`bound_by_machine`)."""
+"""What a valid config needs from this machine (`check_runnable`), and the caps this machine puts on a config
+(`bound_by_machine`)."""
 
 from __future__ import annotations
 
@@ -13,7 +14,6 @@ _DEVICE_COUNT = {
     "mps": lambda torch: int(torch.backends.mps.is_available()),
     "xpu": lambda torch: torch.xpu.device_count() if hasattr(torch, "xpu") and torch.xpu.is_available() else 0,
 }
-
 
 
 def check_runnable(cfg: RunConfig) -> None:
@@ -39,9 +39,7 @@ def check_runnable(cfg: RunConfig) -> None:
                               f"visible); use {key}=cpu or a visible one")
 
 
-
 WORKERS_PER_CPU = 4  # reward workers beyond this many per usable CPU only queue for the CPU
-
 
 
 def usable_cpus() -> int:
@@ -52,7 +50,6 @@ def usable_cpus() -> int:
         return max(1, len(os.sched_getaffinity(0)))
     except (AttributeError, OSError):
         return max(1, os.cpu_count() or 1)
-
 
 
 def bound_by_machine(cfg: RunConfig) -> tuple[RunConfig, list[str]]:
@@ -74,7 +71,6 @@ def bound_by_machine(cfg: RunConfig) -> tuple[RunConfig, list[str]]:
                      f"usable); using {cap}")
         reward = dataclasses.replace(reward, num_workers=cap)
     return dataclasses.replace(cfg, train=train, reward=reward), notes
-
 
 
 def check_engine_installed(cfg: RunConfig) -> None:

@@ -30,7 +30,6 @@ class LoraConfig:
                               f"names, e.g. {LORA_ALL_LINEAR}")
 
 
-
 @dataclass
 class ModelConfig:
     path: str = "builtin"  # 'builtin' (tiny Qwen3 made in code) or a local HF model folder

@@ -35,7 +35,6 @@ class VLLMConfig:
         check_choice("rollout.vllm.dtype", self.dtype, ["auto", "bfloat16", "float16", "float32"])
 
 
-
 @dataclass
 class RolloutConfig:
     engine: str = "torch"  # EngineName: torch (default: CPU and CUDA) | hf (any transformers LM, slower) | vllm (GPU)

@@ -67,7 +67,6 @@ class RunConfig:
                                   "(use distributed.backend=local)")
 
 
-
 def worst_case_groups(rollout: RolloutConfig, rounds: int) -> int:
     """Whole groups that `rounds` rollout rounds complete when every answer runs to the global cap.
 
@@ -76,7 +75,6 @@ def worst_case_groups(rollout: RolloutConfig, rounds: int) -> int:
     blocks new draws until it finishes: `rounds // num_segments` waves of `max(1, decode_batch // group_size)`
     groups. Groups dropped by dynamic sampling are not counted: with it, fewer pass."""
     return (rounds // rollout.num_segments) * max(1, rollout.decode_batch // rollout.group_size)
-
 
 
 def _check_supply(rollout: RolloutConfig, train: TrainConfig) -> None:
@@ -91,7 +89,6 @@ def _check_supply(rollout: RolloutConfig, train: TrainConfig) -> None:
         f"rollout.decode_batch={rollout.decode_batch} with rollout.group_size={rollout.group_size} complete at "
         f"most {supply} groups when answers run all rollout.num_segments={rollout.num_segments} segments; use "
         f"{hint}fewer train.train_groups, or more train.max_rounds_per_step")
-
 
 
 def load_run_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RunConfig:

@@ -16,7 +16,6 @@ class PipelineMode(str, Enum):
     OVERLAP = "overlap"  # the next step's rounds run during the update, with weights one version old
 
 
-
 @dataclass
 class TrainConfig:
     steps: int = 30  # policy updates (one gradient update per step, as in the paper)

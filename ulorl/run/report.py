@@ -111,7 +111,8 @@ def summarize(session: TrainSession, checkpoint=None) -> dict:
         trunc = h["segments_truncated_hist"]
         out["segments_eos_truncated"] = {k: {"eos": v - trunc.get(k, 0), "truncated": trunc.get(k, 0)}
                                          for k, v in out["segments_hist"].items()}
-        out["trained_eos_at_least"] = {str(n): h.get("trained_eos_at_least", {}).get(str(n), 0) for n in (1024, 2048)}
+        eos = h.get("trained_eos_at_least", {})
+        out["trained_eos_at_least"] = {str(n): eos.get(str(n), 0) for n in (1024, 2048)}
     out["peak_rss_mib"] = peak_rss_mib(session)
     if checkpoint is not None:
         out["checkpoint_mib"] = sum(f.stat().st_size for f in Path(checkpoint).rglob("*") if f.is_file()) / 2**20

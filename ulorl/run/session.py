@@ -220,7 +220,6 @@ def write_history(run_dir: Path, history: dict) -> None:
         say(f"could not write {run_dir / 'history.json'}: {e.strerror or e} (the previous copy is kept)")
 
 
-
 # -- the parts of a session, in the order they are built ------------------------------------------------
 def load_policy(cfg: RunConfig, policy: str):
     """(tokenizer, model) of the model folder `policy`, on `train.device`; with `model.lora.rank > 0` (or a LoRA
