@@ -1,6 +1,5 @@
 """samples.jsonl records the decoded response text (clipped); `ulorl show` prints a step's samples."""
 
-import hashlib
 import json
 import re
 
@@ -10,24 +9,7 @@ from ulorl.config import load_run_config
 from ulorl.run.session import open_session
 from ulorl.rollout.engines.scripted import ScriptedEngine
 from ulorl.run.loop import train_step
-
-
-class ParityReward:
-    """reward = parity of a hash of the text (deterministic, mixed within groups)."""
-
-    def score(self, responses, ground_truths, data_sources, extra_infos=None, **kwargs):
-        return [float(hashlib.md5(r.encode()).digest()[0] % 2) for r in responses]
-
-    def score_detailed(self, responses, *args, **kwargs):  # every reward computed
-        from ulorl.reward import RewardScores
-
-        return RewardScores(self.score(responses, *args, **kwargs), [None] * len(responses))
-
-    def metrics(self):
-        return {}
-
-    def close(self):
-        pass
+from tests.conftest import FakeReward  # reward = parity of a hash of the text: mixed within groups
 
 
 def test_clip_text_keeps_start_and_end():
@@ -46,7 +28,7 @@ def run_steps(tmp_path, overrides, steps=2):
     s.engine = ScriptedEngine([3, 12, 5, 9], eos_id=s.tokenizer.eos_token_id)
     s.rollout.engine = s.engine
     s.reward.close()
-    s.reward = ParityReward()
+    s.reward = FakeReward()
     for _ in range(steps):
         train_step(s)
     s.samples._f.flush()

@@ -1,6 +1,5 @@
 """Stalls: a step whose groups never pass dynamic sampling ends with a report and a one-line error."""
 
-import hashlib
 import json
 
 import pytest
@@ -10,6 +9,7 @@ from ulorl.config import load_run_config
 from ulorl.run.session import open_session
 from ulorl.rollout.engines.scripted import ScriptedEngine
 from ulorl.rollout.collect import NOTE_EVERY
+from tests.conftest import FakeReward  # reward = parity of a hash of the text: mixed within groups
 from ulorl.run.stall import StallError
 from ulorl.run.loop import train_step
 
@@ -31,16 +31,6 @@ class ConstantReward:
 
     def close(self):
         pass
-
-
-class ParityReward(ConstantReward):
-    """reward = parity of a hash of the text: rewards within a group often differ."""
-
-    def __init__(self) -> None:
-        super().__init__(0.0)
-
-    def score(self, responses, ground_truths, data_sources, extra_infos=None, **kwargs):
-        return [float(hashlib.md5(r.encode()).digest()[0] % 2) for r in responses]
 
 
 def session(tmp_path, reward, overrides):
@@ -87,7 +77,7 @@ def test_all_right_gets_the_too_easy_hint(tmp_path):
 
 
 def test_mixed_rewards_do_not_stall(tmp_path):
-    s = session(tmp_path, ParityReward(), ["train.max_stall_rounds=4"])
+    s = session(tmp_path, FakeReward(), ["train.max_stall_rounds=4"])
     try:
         for _ in range(5):  # reward = parity of a hash of the text: groups often differ; admitting resets the count
             train_step(s)
