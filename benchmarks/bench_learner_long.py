@@ -145,23 +145,25 @@ def child(variant: str, L: int) -> dict:
 
 
 def predicted_mib(variant: str, L: int) -> float:
+    from dataclasses import replace
+
     from ulorl.plan.memory import LearnerSetup, ModelShape, learner_memory
 
     shape = ModelShape.from_config(SHAPE)
-    tokens = max(max(32, int(L * f)) for f in BATCH_SHARES) if variant == "batch_packed" else L
-    if variant == "batch_padded":  # the largest padded micro-batch: rows x longest
-        from ulorl.learners.micro_batch import split_sorted
+    setup = LearnerSetup(tokens=L, checkpointing=variant != "plain", offload=False,
+                         sequence_parallel=2 if variant == "sp2_ckpt" else 1, replicated=variant == "sp2_ckpt")
+    if not variant.startswith("batch_"):
+        return learner_memory(shape, setup)["update_increment"] / 2 ** 20
+    from ulorl.learners.micro_batch import pack_first_fit, split_sorted
 
-        lens = sorted((max(32, int(L * f)) for f in BATCH_SHARES), reverse=True)
-        tokens = max((hi - lo) * lens[lo] for lo, hi in split_sorted(lens, L))
-    elif variant == "batch_packed":
-        from ulorl.learners.micro_batch import pack_first_fit
-
-        lens = sorted((max(32, int(L * f)) for f in BATCH_SHARES), reverse=True)
-        tokens = max(sum(lens[i] for i in row) for row in pack_first_fit(lens, L))
-    s = LearnerSetup(tokens=tokens, checkpointing=variant != "plain", offload=False,
-                     sequence_parallel=2 if variant == "sp2_ckpt" else 1)
-    return learner_memory(shape, s)["update_increment"] / 2 ** 20
+    lens = sorted((max(32, int(L * f)) for f in BATCH_SHARES), reverse=True)
+    if variant == "batch_padded":  # micro-batches of rows padded to their longest
+        batches = [((hi - lo) * lens[lo], hi - lo) for lo, hi in split_sorted(lens, L)]
+    else:  # packed rows, no mask
+        batches = [(sum(lens[i] for i in row), 0) for row in pack_first_fit(lens, L)]
+    # the peak is the largest over micro-batches; from the second on every gradient is held
+    return max(learner_memory(shape, replace(setup, tokens=t, padded_rows=rows, grads_held=i > 0))
+               ["update_increment"] for i, (t, rows) in enumerate(batches)) / 2 ** 20
 
 
 def run_child(variant: str, L: int) -> dict:

@@ -54,6 +54,23 @@ def test_learner_memory_by_hand():
     assert off["offloaded"] == 640 and off["total_device"] == off["static"] + 5216
 
 
+def test_later_micro_batches_padding_and_the_all_reduce_by_hand():
+    m = ModelShape.from_config({**TINY, "model_type": "qwen2"})  # the values of test_learner_memory_by_hand
+    held = learner_memory(m, LearnerSetup(tokens=10, grads_held=True))
+    # a later micro-batch: the top layer's moment holds every gradient (1456), not the head's (160)
+    assert held["update_increment"] == 6240 + 1120 + 1456
+    padded = learner_memory(m, LearnerSetup(tokens=10, padded_rows=2))
+    # 2 rows of 5: the boolean mask 2 x 5 x 5 = 50 bytes kept; K and V repeated from 1 to 2 heads,
+    # 2 x (4 - 2) x 4 B x 10 = 160 more per layer and 160 more in backward's working set
+    assert padded["kept"] == 2 * (2960 + 160) + 320 + 50 and padded["layer"] == 640 + 160
+    assert padded["update_increment"] == 6610 + 1120 + 160  # the head (1120) still beats the working set (800)
+    sp = learner_memory(m, LearnerSetup(tokens=2, checkpointing=True, sequence_parallel=2, replicated=True))
+    # one token per rank: top 64 + 360 + 160 = 584, bottom 16 + 360 + 1456 = 1832; summing the gradients
+    # through a flat copy holds them twice: 2 x 1456
+    assert sp["update_increment"] == 2912 and sp["peak_at"] == "gradient all-reduce"
+    assert sp["total_device"] == sp["static"] + 2912
+
+
 def test_memory_per_token_is_flat_with_checkpointing():
     m = load_shape("qwen3-4b")
     per_tok = [learner_memory(m, LearnerSetup(tokens=L, checkpointing=True, autocast=True))["kept"] / L
@@ -77,6 +94,11 @@ def test_fit_table_and_cli(capsys):
                  "--json"]) == 0
     out = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert out["rows"][0]["length"] == 32768 and out["rows"][0]["total_device"] > 0
+    assert main(["plan", "--memory", "--model", "qwen2.5-0.5b", "--lengths-k", "32", "--checkpointing",
+                 "--single-micro-batch", "--json"]) == 0
+    single = json.loads(capsys.readouterr().out.strip().splitlines()[-1])["rows"][0]
+    # one micro-batch holds only the head's gradient at the top layer; an RL update's later ones hold them all
+    assert single["update_increment"] < out["rows"][0]["update_increment"]
     assert main(["plan", "--memory", "--model", "qwen2.5-0.5b", "--sp", "4"]) == 2  # 14 heads, 2 KV heads
     assert "--sp 4 must divide the 14 heads and 2 KV heads" in capsys.readouterr().err
     assert set(KNOWN_SHAPES) == {"qwen3-4b", "qwen3-30b-a3b", "qwen2.5-0.5b"}

@@ -23,8 +23,12 @@ static part by W (plus one layer's gathered weights and gradients). The LM head'
 (`ulorl.algo.logprobs`) adds `N x d` gathered hidden states and about two `chunk x V` float32 buffers.
 Backward holds, besides what is kept, the gradients in flight for one layer (`backward_terms`). Gradients
 grow while kept activations are freed, so the peak is the larger of backward at the top layer and at the
-bottom layer (`learner_memory`). Mixed precision (`autocast`): matmul outputs at 2 bytes, the residual stream
-and norms at the weights' dtype (an approximation: the norms' casts are not counted one by one).
+bottom layer (`learner_memory`); with replicated ranks, also the moment after backward when the gradients are
+summed through one flat copy (`ulorl.distributed.sharded_learner`). A padded micro-batch adds its boolean
+`(rows, 1, S, S)` mask and K and V repeated to every head (transformers' sdpa path with a mask); a micro-batch
+after the first holds every gradient from the start. Mixed precision (`autocast`): matmul outputs at 2 bytes,
+the residual stream and norms at the weights' dtype (an approximation: the norms' casts are not counted one by
+one).
 
 Checked against measured peaks on CPU (float32, `benchmarks/bench_learner_long.py`; docs/benchmarks.md).
 Not counted: the allocator's fragmentation and caching (CUDA's caching allocator reserves more than is
@@ -127,6 +131,15 @@ class LearnerSetup:
     sequence_parallel: int = 1  # train.sequence_parallel
     fsdp_ranks: int = 1  # ranks the weights, gradients and optimizer state are sharded over (fsdp2)
     logit_chunk: int = 1024  # train.logit_chunk
+    # train.packing=false: the micro-batch is this many rows, each padded to tokens / padded_rows, under an
+    # attention mask; 0: packed rows (no mask)
+    padded_rows: int = 0
+    # not the update's first micro-batch: every weight's gradient exists from the ones before (an RL update of
+    # many samples), so the top layer's moment holds all gradients, not only the head's
+    grads_held: bool = False
+    # distributed.sharding=replicate over several ranks (R > 1 with the weights unsharded): after backward the
+    # gradients are summed through one flattened copy of them all
+    replicated: bool = False
 
 
 def layer_terms(m: ModelShape) -> dict[str, float]:
@@ -170,23 +183,32 @@ def learner_memory(m: ModelShape, s: LearnerSetup) -> dict[str, float]:
     if s.fsdp_ranks > 1:  # one layer's weights and gradients gathered whole at a time
         weights += (m.params - head_params) / m.layers * s.weight_bytes * 2
     final_norm = 2 * m.hidden * rb * t
+    mask = 0.0
+    if s.padded_rows:  # a boolean (rows, 1, S, S) mask; with a mask, sdpa gets K and V repeated to every head
+        q, kv = m.heads * m.head_dim, m.kv_heads * m.head_dim
+        mask = s.padded_rows * (t / s.padded_rows) ** 2
+        repeated = 2 * (q - kv) * ab * t
+        per_layer += repeated
+        working += repeated  # their gradients, summed back onto the KV heads
     if s.checkpointing:  # each layer's input kept; the layer in backward recomputed whole
-        kept, layer = m.layers * m.hidden * rb * t + final_norm, per_layer + working
-        kept_bottom = m.hidden * rb * t
+        kept, layer = m.layers * m.hidden * rb * t + final_norm + mask, per_layer + working
+        kept_bottom = m.hidden * rb * t + mask
     else:
-        kept, layer = m.layers * per_layer + final_norm, working
-        kept_bottom = per_layer
+        kept, layer = m.layers * per_layer + final_norm + mask, working
+        kept_bottom = per_layer + mask
     head = 2 * m.hidden * rb * t + 2 * min(s.logit_chunk, t) * m.vocab * 4  # gathered hidden + its gradient
     offloaded = kept if s.offload else 0.0
-    top = kept + max(layer, head) + grad_head
+    top = kept + max(layer, head) + (grad_all if s.grads_held else grad_head)
     bottom = kept_bottom + layer + grad_all
-    increment = max(top, bottom)
+    reduce = 2 * grad_all if s.replicated else 0.0
+    moments = {"top layer": top, "bottom layer": bottom, "gradient all-reduce": reduce}
+    peak_at = max(moments, key=moments.get)
     out = {"weights": weights, "grads": grad_all, "adam": adam, "static": weights + adam, "kept": kept,
-           "layer": layer, "head": head, "offloaded": offloaded, "update_increment": increment,
-           "peak_at": "top layer" if top >= bottom else "bottom layer"}
+           "layer": layer, "head": head, "offloaded": offloaded, "update_increment": moments[peak_at],
+           "peak_at": peak_at}
     device_top = top - offloaded
     device_bottom = bottom - (kept_bottom if s.offload and not s.checkpointing else 0.0)
-    out["total_device"] = out["static"] + max(device_top, device_bottom)
+    out["total_device"] = out["static"] + max(device_top, device_bottom, reduce)
     return out
 
 

@@ -29,6 +29,9 @@ def add_memory_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--sp", type=int, default=1, help="train.sequence_parallel R (default 1)")
     g.add_argument("--fsdp-ranks", type=int, default=1, help="ranks sharing weights/gradients/AdamW (fsdp2)")
     g.add_argument("--logit-chunk", type=int, default=4096, help="train.logit_chunk (default 4096)")
+    g.add_argument("--single-micro-batch", action="store_true",
+                   help="the update is one micro-batch (as benchmarks/bench_learner_long.py measures); default: "
+                        "an RL update of several, where every gradient is held from the second on")
     g.add_argument("--kv-seqs", type=int, default=0,
                    help="sequences resident in the rollout engine at full length, for the KV cache (default 0)")
     g.add_argument("--kv-bytes", type=int, default=2, help="bytes per KV value (bfloat16: 2)")
@@ -51,13 +54,14 @@ def run_memory(args) -> int:
     for L in lengths:
         s = LearnerSetup(tokens=L, weight_bytes=wb, autocast=args.autocast, checkpointing=args.checkpointing,
                          offload=args.offload, sequence_parallel=args.sp, fsdp_ranks=args.fsdp_ranks,
-                         logit_chunk=args.logit_chunk)
+                         logit_chunk=args.logit_chunk, replicated=args.sp > 1 and args.fsdp_ranks == 1,
+                         grads_held=not args.single_micro_batch)
         mem = learner_memory(shape, s)
         rows.append({"length": L, **{k: v / GIB if isinstance(v, float) else v for k, v in mem.items()},
                      "kv_cache": kv_cache_bytes(shape, L * args.kv_seqs, args.kv_bytes) / GIB})
     fits = fit_table(shape, lengths, args.gpu_gib,
                      base=LearnerSetup(tokens=1, weight_bytes=wb, autocast=args.autocast,
-                                       logit_chunk=args.logit_chunk))
+                                       logit_chunk=args.logit_chunk, grads_held=not args.single_micro_batch))
     if args.json:
         print(json.dumps({"model": args.model, "params": shape.params, "rows": rows, "fits": fits,
                           "gpu_gib": args.gpu_gib}))
