@@ -13,7 +13,8 @@ behind them (`figures.json`):
 - `step_time.png`: seconds per step split into generation, reward and update.
 
 `figures.json` also counts the trained samples (`samples.jsonl`) by number of segments, EOS against truncated,
-and the EOS answers of at least 1,024 and 2,048 tokens.
+the EOS answers of at least 1,024 and 2,048 tokens, and the EOS answers to long problems by their length
+against the reference (`trained_long`: full, short = lines skipped, over) with their accuracy.
 """
 
 from __future__ import annotations
@@ -37,8 +38,9 @@ def answer_tokens(n: int) -> int:
     return 6 * n + 9
 
 
-def eval_sizes(run: Path) -> list[int]:
-    """Problem size n of each held-out problem, in evaluation order."""
+def split_sizes(run: Path, split: str) -> list[int]:
+    """Problem size n of each problem of the run's `train` or `eval` split, by row (= prompt_id for train;
+    evaluation order for eval, cut to `eval.num_problems`)."""
     from ulorl.config import load_run_config
     from ulorl.data.loaders import EVAL_SEED_OFFSET
     from ulorl.tasks import task_rows
@@ -47,9 +49,39 @@ def eval_sizes(run: Path) -> list[int]:
     law = {} if getattr(cfg.data, "alpha", None) is None else {"alpha": cfg.data.alpha}
     if getattr(cfg.data, "uniform", 0.0):
         law["uniform"] = cfg.data.uniform
+    if split == "train":
+        rows = task_rows(cfg.data.train, cfg.data.train_size, seed=cfg.data.seed, split="train", **law)
+        return [int(r["extra_info"]["size"]) for r in rows]
     rows = task_rows(cfg.data.eval, cfg.data.eval_size, seed=cfg.data.seed + EVAL_SEED_OFFSET, split="eval", **law)
     n = cfg.eval.num_problems or len(rows)
     return [int(r["extra_info"]["size"]) for r in rows[:n]]
+
+
+def trained_long_answers(run: Path, sizes: list[int]) -> dict:
+    """Trained EOS answers to problems whose reference answer has >= LONG_TOKENS tokens, by their length
+    against the reference: `full` (within 10%), `short` (under 90%: lines skipped; the counter jumped) and
+    `over` (over 110%), each with its count and accuracy. A skip changes x_n unless the skipped units digits
+    add up to a multiple of 11, so a short answer is a guess that the reward cannot always tell apart."""
+    out: dict[str, dict[str, float]] = {}
+    path = run / "samples.jsonl"
+    if not path.exists():
+        return {}
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("status") != "trained" or r["stop_reason"] != "eos":
+                continue
+            ref = answer_tokens(sizes[int(r["prompt_id"])])
+            if ref < LONG_TOKENS:
+                continue
+            ratio = r["response_length"] / ref
+            d = out.setdefault("short" if ratio < 0.9 else "over" if ratio > 1.1 else "full",
+                               {"answers": 0, "correct": 0})
+            d["answers"] += 1
+            d["correct"] += float(r["reward"]) > 0
+    for d in out.values():
+        d["accuracy"] = d["correct"] / d["answers"]
+    return out
 
 
 def accuracy_by_length(sizes: list[int], correct: dict[str, list[int]], k: int) -> list[dict]:
@@ -164,7 +196,7 @@ def main() -> int:
     _save(fig, args.out / "step_time.png")
 
     cfg_k = history.get("eval", {}).get("before", {}).get("k", 1)
-    by_len = accuracy_by_length(eval_sizes(args.run), history.get("eval_correct", {}), int(cfg_k))
+    by_len = accuracy_by_length(split_sizes(args.run, "eval"), history.get("eval_correct", {}), int(cfg_k))
     fig = Figure(figsize=(6.5, 3.6))
     ax = fig.add_subplot()
     x = list(range(len(by_len)))
@@ -182,7 +214,9 @@ def main() -> int:
     tot = {k: sum(v for v in col(k) if v == v) for k in ("timing_s/gen", "timing_s/reward", "timing_s/update",
                                                           "timing_s/step")}
     return emit({"run": str(args.run), "steps": len(steps), "accuracy_by_length": by_len, "time_totals_s": tot,
-                 "trained": trained_by_segments(args.run), "eval": history.get("eval")}, args.out / "figures.json")
+                 "trained": trained_by_segments(args.run),
+                 "trained_long": trained_long_answers(args.run, split_sizes(args.run, "train")),
+                 "eval": history.get("eval")}, args.out / "figures.json")
 
 
 if __name__ == "__main__":
