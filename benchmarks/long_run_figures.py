@@ -57,28 +57,32 @@ def split_sizes(run: Path, split: str) -> list[int]:
     return [int(r["extra_info"]["size"]) for r in rows[:n]]
 
 
+def trained_samples(run: Path):
+    """The rows of `samples.jsonl` with status `trained` (none if the run logged no samples)."""
+    path = run / "samples.jsonl"
+    if not path.exists():
+        return
+    with open(path) as f:
+        for line in f:
+            r = json.loads(line)
+            if r.get("status") == "trained":
+                yield r
+
+
 def trained_long_answers(run: Path, sizes: list[int]) -> dict:
     """Trained EOS answers to problems whose reference answer has >= LONG_TOKENS tokens, by their length
     against the reference: `full` (within 10%), `short` (under 90%: lines skipped; the counter jumped) and
     `over` (over 110%), each with its count and accuracy. A skip changes x_n unless the skipped units digits
     add up to a multiple of 11, so a short answer is a guess that the reward cannot always tell apart."""
     out: dict[str, dict[str, float]] = {}
-    path = run / "samples.jsonl"
-    if not path.exists():
-        return {}
-    with open(path) as f:
-        for line in f:
-            r = json.loads(line)
-            if r.get("status") != "trained" or r["stop_reason"] != "eos":
-                continue
-            ref = answer_tokens(sizes[int(r["prompt_id"])])
-            if ref < LONG_TOKENS:
-                continue
-            ratio = r["response_length"] / ref
-            d = out.setdefault("short" if ratio < 0.9 else "over" if ratio > 1.1 else "full",
-                               {"answers": 0, "correct": 0})
-            d["answers"] += 1
-            d["correct"] += float(r["reward"]) > 0
+    for r in trained_samples(run):
+        ref = answer_tokens(sizes[int(r["prompt_id"])])
+        if r["stop_reason"] != "eos" or ref < LONG_TOKENS:
+            continue
+        ratio = r["response_length"] / ref
+        d = out.setdefault("short" if ratio < 0.9 else "over" if ratio > 1.1 else "full", {"answers": 0, "correct": 0})
+        d["answers"] += 1
+        d["correct"] += float(r["reward"]) > 0
     for d in out.values():
         d["accuracy"] = d["correct"] / d["answers"]
     return out
@@ -111,19 +115,14 @@ def trained_by_segments(run: Path) -> dict:
     EOS answers of >= 1,024 / >= 2,048 tokens."""
     by_seg: dict[int, dict[str, int]] = {}
     eos_1024 = eos_2048 = 0
-    path = run / "samples.jsonl"
-    if not path.exists():
+    if not (run / "samples.jsonl").exists():
         return {}
-    with open(path) as f:
-        for line in f:
-            r = json.loads(line)
-            if r.get("status") != "trained":
-                continue
-            d = by_seg.setdefault(int(r["num_segments"]), {"eos": 0, "truncated": 0})
-            eos = r["stop_reason"] == "eos"
-            d["eos" if eos else "truncated"] += 1
-            eos_1024 += eos and r["response_length"] >= 1024
-            eos_2048 += eos and r["response_length"] >= 2048
+    for r in trained_samples(run):
+        d = by_seg.setdefault(int(r["num_segments"]), {"eos": 0, "truncated": 0})
+        eos = r["stop_reason"] == "eos"
+        d["eos" if eos else "truncated"] += 1
+        eos_1024 += eos and r["response_length"] >= 1024
+        eos_2048 += eos and r["response_length"] >= 2048
     return {"by_segments": {str(k): by_seg[k] for k in sorted(by_seg)}, "eos_ge_1024": eos_1024,
             "eos_ge_2048": eos_2048}
 
