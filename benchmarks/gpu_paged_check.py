@@ -4,6 +4,9 @@ rollout on a long-tailed workload, and a batch that slots could not hold.
 Models are built here from transformers configs with random bfloat16 weights (nothing downloaded; random weights
 time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
 
+0. `attention_paths`: what this torch offers for paged decode (`varlen_attn`'s signature, whether it takes a
+   `block_table`; flex attention and the experimental `PagedAttention` present or not), and one decode layer of
+   256 rows x 8k through `varlen_attn` over shuffled 256-token pages against SDPA over contiguous K/V.
 1. `bandwidth`: the device's read bandwidth, `sum` over a 4 GiB bfloat16 tensor (median of 5).
 2. `decode`: the Qwen2.5-0.5B shape (24 layers, hidden 896, 14 heads, 2 KV heads), 64 and 256 rows at contexts
    of 2k, 8k and 32k: ms per decode iteration (sampling included; rows set up in the pool directly, not
@@ -17,7 +20,7 @@ time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
    samples per second of rollout and decoded tokens/s. Target: M = 4 >= 1.6x M = 1. Seconds per sample leave
    out the work left in the unfinished pool (M > 1), which favours M = 1.
 
-Parts run in the order 1, 2, 3, 4 within `--budget-s` (default 300 s): a part that would start after the budget
+Parts run in the order 0, 1, 2, 3, 4 within `--budget-s` (default 300 s): a part that would start after the budget
 is skipped and recorded as skipped; the JSON is rewritten after every part, so a run cut short by a timeout
 keeps what it measured. `--quick`: tiny shapes and lengths, a dry run of the script (CPU).
 
@@ -89,6 +92,79 @@ def bandwidth(dev: torch.device, gib: float) -> dict:
     s = statistics.median(times[1:])
     del x
     return {"bytes": int(gib * GIB), "seconds": s, "bytes_per_s": gib * GIB / s}
+
+
+def attention_paths(dev: torch.device, rows: int, ctx: int, page: int = 256) -> dict:
+    """What this torch offers for paged decode attention, and one decode layer's time through each path that runs.
+
+    `varlen_attn` (with `block_table` where this torch has it), against SDPA over contiguous K/V (what a slot
+    cache reads; the speed a paged kernel should match). The 0.5B shape's heads: 14 query, 2 KV, 64 wide,
+    bfloat16; K/V pages of `page` tokens in a shuffled pool."""
+    import inspect
+
+    import torch.nn.functional as F
+
+    out: dict = {"rows": rows, "context": ctx, "page": page}
+    try:
+        from torch.nn.attention.varlen import varlen_attn
+
+        sig = str(inspect.signature(varlen_attn))
+        out["varlen_attn"] = {"signature": sig, "block_table": "block_table" in sig}
+    except ImportError as e:
+        varlen_attn, out["varlen_attn"] = None, {"missing": str(e)}
+    for name, mod, attr in (("flex_attention", "torch.nn.attention.flex_attention", "flex_attention"),
+                            ("PagedAttention", "torch.nn.attention.experimental._paged_attention", "PagedAttention")):
+        try:
+            getattr(__import__(mod, fromlist=[attr]), attr)
+            out[name] = {"present": True}
+        except (ImportError, AttributeError) as e:
+            out[name] = {"present": False, "error": str(e)[:200]}
+    hq, hkv, d, dt = 14, 2, 64, torch.bfloat16
+    g = torch.Generator(device="cpu").manual_seed(0)
+    q = torch.randn(rows, hq, d, generator=g).to(dev, dt)
+    k = torch.randn(rows, ctx, hkv, d, generator=g).to(dev, dt)
+    v = torch.randn(rows, ctx, hkv, d, generator=g).to(dev, dt)
+
+    def timed(fn) -> float:
+        for _ in range(2):
+            fn()
+        sync(dev)
+        t0 = time.perf_counter()
+        for _ in range(10):
+            fn()
+        sync(dev)
+        return (time.perf_counter() - t0) / 10 * 1000
+
+    ref = lambda: F.scaled_dot_product_attention(q[:, :, None], k.transpose(1, 2), v.transpose(1, 2),  # noqa: E731
+                                                 enable_gqa=True)
+    out["sdpa_contiguous_ms"] = timed(ref)
+    expect = ref()[:, :, 0]
+    if varlen_attn is not None and out["varlen_attn"].get("block_table") and ctx % page == 0:
+        pages = ctx // page
+        perm = torch.randperm(rows * pages, generator=g).to(dev)
+        kp = torch.empty(rows * pages, page, hkv, d, dtype=dt, device=dev)
+        vp = torch.empty_like(kp)
+        kp[perm] = k.reshape(rows * pages, page, hkv, d)
+        vp[perm] = v.reshape(rows * pages, page, hkv, d)
+        table = perm.view(rows, pages).to(torch.int32)
+        cu_q = torch.arange(rows + 1, device=dev, dtype=torch.int32)
+        cu_k = cu_q * ctx
+        used = torch.full((rows,), ctx, device=dev, dtype=torch.int32)
+        errors = []
+        for cu in (cu_k, None):  # cu_seq_k is optional with a block table in later torch versions
+            call = lambda cu=cu: varlen_attn(q, kp, vp, cu_q, cu, 1, ctx, enable_gqa=True,  # noqa: E731
+                                             seqused_k=used, block_table=table)
+            try:
+                got = call()
+            except Exception as e:  # a path this torch or device lacks is a finding, not a failure
+                errors.append(f"cu_seq_k={'set' if cu is not None else 'None'}: {type(e).__name__}: {str(e)[:300]}")
+                continue
+            out["varlen_paged_ms"] = timed(call)
+            out["varlen_paged_max_abs_err"] = float((got.float() - expect.float()).abs().max())
+            break
+        if errors:
+            out["varlen_paged_errors"] = errors
+    return out
 
 
 def engine_for(model, kv_gib: float, max_batch: int):
@@ -213,6 +289,12 @@ def main() -> int:
     res["bandwidth"] = bw = bandwidth(dev, 0.0625 if q else 4.0)
     print(f"bandwidth: {bw['bytes_per_s'] / 1e9:.0f} GB/s", file=sys.stderr, flush=True)
     save = lambda: write_result(res, args.out)  # noqa: E731  (after every part: a timeout keeps what was measured)
+
+    res["attention_paths"] = ap = attention_paths(dev, 4 if q else 256, 512 if q else 8192)
+    print(f"attention paths: varlen_attn {ap['varlen_attn']}, sdpa contiguous {ap['sdpa_contiguous_ms']:.2f} ms, "
+          f"varlen paged {ap.get('varlen_paged_ms', ap.get('varlen_paged_errors', 'not run'))}", file=sys.stderr,
+          flush=True)
+    save()
 
     small = build_model(shapes["qwen2.5-0.5b"], dev, torch.bfloat16)
     wb = weight_bytes(small)
