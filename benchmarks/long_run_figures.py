@@ -35,26 +35,22 @@ LONG_TOKENS = 1000  # the issue's "long answer": a reference answer of at least 
 
 def answer_tokens(n: int) -> int:
     """Tokens of odometer's correct answer to an n-step problem, EOS included."""
-    return 6 * n + 9
+    from ulorl.tasks.odometer import OdometerProblem
+
+    return OdometerProblem(start=0, steps=n).num_tokens + 1
 
 
 def split_sizes(run: Path, split: str) -> list[int]:
     """Problem size n of each problem of the run's `train` or `eval` split, by row (= prompt_id for train;
     evaluation order for eval, cut to `eval.num_problems`)."""
     from ulorl.config import load_run_config
-    from ulorl.data.loaders import EVAL_SEED_OFFSET
-    from ulorl.tasks import task_rows
+    from ulorl.data.loaders import builtin_rows
 
     cfg = load_run_config(str(run / "config.yaml"), [])
-    law = {} if getattr(cfg.data, "alpha", None) is None else {"alpha": cfg.data.alpha}
-    if getattr(cfg.data, "uniform", 0.0):
-        law["uniform"] = cfg.data.uniform
-    if split == "train":
-        rows = task_rows(cfg.data.train, cfg.data.train_size, seed=cfg.data.seed, split="train", **law)
-        return [int(r["extra_info"]["size"]) for r in rows]
-    rows = task_rows(cfg.data.eval, cfg.data.eval_size, seed=cfg.data.seed + EVAL_SEED_OFFSET, split="eval", **law)
-    n = cfg.eval.num_problems or len(rows)
-    return [int(r["extra_info"]["size"]) for r in rows[:n]]
+    rows = builtin_rows(getattr(cfg.data, split), cfg.data, split)
+    if split == "eval":
+        rows = rows[: cfg.eval.num_problems or len(rows)]
+    return [int(r["extra_info"]["size"]) for r in rows]
 
 
 def trained_samples(run: Path):

@@ -109,7 +109,8 @@ def main() -> int:
                    "accuracy": res.summary["avg@k"],
                    "accuracy_se": float(np.std(per_problem / args.k, ddof=1) / np.sqrt(len(probs))) if len(probs) > 1
                    else float("nan"),
-                   "answer_tokens": f"{6 * lo + 9}-{6 * hi + 9}", "path_prob": float(np.mean(np.exp(lps))),
+                   "answer_tokens": f"{OdometerProblem(0, lo).num_tokens + 1}-{OdometerProblem(0, hi).num_tokens + 1}",
+                   "path_prob": float(np.mean(np.exp(lps))),
                    "response_length_mean": res.summary["response_length/mean"],
                    "truncation_rate": res.summary["truncation_rate"], "max_new_tokens": cap,
                    "sample_s": time.perf_counter() - t0,

@@ -83,8 +83,8 @@ def format_summary(s: dict) -> str:
     if s.get("segments_eos_truncated"):
         lines.append("  of which EOS / truncated: " + "  ".join(
             f"{k}: {v['eos']}/{v['truncated']}" for k, v in s["segments_eos_truncated"].items()))
-        e = s.get("trained_eos_at_least", {})
-        lines.append(f"  EOS answers of >= 1,024 tokens: {e.get('1024', 0)}, >= 2,048 tokens: {e.get('2048', 0)}")
+        lines.append("  EOS answers of " + ", ".join(f">= {int(n):,} tokens: {c}"
+                                                     for n, c in s.get("trained_eos_at_least", {}).items()))
     t = s.get("trained_lengths")
     if t:
         lines.append(f"trained response length: mean {t['mean']:.0f}  p50 {t['p50']:.0f}  p90 {t['p90']:.0f}  "

@@ -102,6 +102,16 @@ def test_rows_use_verl_schema_and_are_scored_by_the_builtin_extractor():
         assert r["extra_info"]["solution"].count(",") == r["extra_info"]["size"] + 1
 
 
+def test_size_law_settings_left_at_their_defaults_are_not_forwarded():
+    chain = BuiltinTask.CHAIN.value  # chain has no `uniform`: the default 0 must not reach it
+    assert task_rows(chain, 5, seed=1, alpha=None, uniform=0.0) == task_rows(chain, 5, seed=1)
+    with pytest.raises(TypeError):
+        task_rows(chain, 5, seed=1, uniform=0.5)
+    odo = BuiltinTask.ODOMETER.value
+    assert task_rows(odo, 5, seed=1, alpha=None, uniform=0.0) == make_rows(5, seed=1)
+    assert task_rows(odo, 50, seed=1, uniform=0.5) == make_rows(50, seed=1, uniform=0.5) != make_rows(50, seed=1)
+
+
 def test_registry_rejects_unknown_tasks_naming_the_valid_ones():
     with pytest.raises(ValueError, match="builtin:chain.*builtin:odometer"):
         task_rows("builtin:nope", 1, seed=0)
@@ -172,10 +182,10 @@ def test_uniform_share_mixes_a_flat_law_into_the_sizes_and_zero_changes_nothing(
 def test_data_size_law_reaches_both_builtin_splits():
     from ulorl.config import ConfigError
     from ulorl.config import DataConfig
-    from ulorl.data.loaders import EVAL_SEED_OFFSET, _builtin_rows
+    from ulorl.data.loaders import EVAL_SEED_OFFSET, builtin_rows
 
     def sizes(cfg, split):
-        return np.array([r["extra_info"]["size"] for r in _builtin_rows(BuiltinTask.ODOMETER.value, cfg, split)])
+        return np.array([r["extra_info"]["size"] for r in builtin_rows(BuiltinTask.ODOMETER.value, cfg, split)])
 
     base = DataConfig(train="builtin:odometer", eval="builtin:odometer", train_size=500, eval_size=300)
     flat = DataConfig(train="builtin:odometer", eval="builtin:odometer", train_size=500, eval_size=300,
@@ -183,7 +193,7 @@ def test_data_size_law_reaches_both_builtin_splits():
     for split in ("train", "eval"):
         assert (sizes(flat, split) >= 166).sum() > 5 * max((sizes(base, split) >= 166).sum(), 1)
     # without a size law the splits are the task's own, as before
-    assert _builtin_rows(BuiltinTask.ODOMETER.value, base, "eval") == \
+    assert builtin_rows(BuiltinTask.ODOMETER.value, base, "eval") == \
         task_rows(BuiltinTask.ODOMETER.value, 300, seed=base.seed + EVAL_SEED_OFFSET, split="eval")
     with pytest.raises(ConfigError, match="data.uniform"):
         DataConfig(uniform=2.0)

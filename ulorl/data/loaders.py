@@ -34,12 +34,12 @@ class RawSource:
     schema: RowSchema
 
 
-def _builtin_rows(source: str, cfg: DataConfig, split: str) -> list[dict]:
+def builtin_rows(source: str, cfg: DataConfig, split: str) -> list[dict]:
+    """The rows of built-in task `source` for `split` as `cfg` draws them (size, seed, size law); a train
+    row's index is its `prompt_id`."""
     if source not in BUILTINS:
         raise DataError(f"unknown built-in source {source!r}; valid: {list(BUILTINS)}")
-    law = {} if cfg.alpha is None else {"alpha": cfg.alpha}
-    if cfg.uniform:
-        law["uniform"] = cfg.uniform
+    law = {"alpha": cfg.alpha, "uniform": cfg.uniform}
     if split == "train":
         return task_rows(source, cfg.train_size, seed=cfg.seed, split="train", **law)
     return task_rows(source, cfg.eval_size, seed=cfg.seed + EVAL_SEED_OFFSET, split=split, **law)
@@ -56,7 +56,7 @@ def _storage_for(path: str, fmt: DataFormat) -> Storage:
 def read_source(source: str, cfg: DataConfig, split: str = "train") -> RawSource:
     """Read a source's raw rows and decide its schema (no validation yet)."""
     if source.startswith("builtin:"):
-        return RawSource(source, list(_builtin_rows(source, cfg, split)), None, verl_schema())
+        return RawSource(source, list(builtin_rows(source, cfg, split)), None, verl_schema())
     fmt = DataFormat(cfg.format)
     storage = _storage_for(source, fmt)
     rows = read_rows(source, storage, split)

@@ -15,6 +15,8 @@ from ulorl.evaluation.metrics import length_stats, paired_difference
 from ulorl.run.session import TrainSession
 from ulorl.trajectory import Trajectory
 
+LONG_EOS_TOKENS = (1024, 2048)  # the summary counts trained EOS answers of at least these many tokens
+
 
 def overlap_metrics(ahead: Counter, update: dict, wait_s: float, window_s: float) -> dict:
     """How well the update was hidden behind the next step's rounds (`train.pipeline=overlap`).
@@ -74,7 +76,7 @@ def record_trained(history: dict, batch: list[Trajectory], staleness: Counter) -
     count_into(history.setdefault("segments_truncated_hist", {}), Counter(len(t.segments) for t in batch
                                                                           if t.truncated))
     count_into(history.setdefault("trained_eos_at_least", {}), Counter(
-        n for t in batch if not t.truncated for n in (1024, 2048) if t.response_len >= n))
+        n for t in batch if not t.truncated for n in LONG_EOS_TOKENS if t.response_len >= n))
     count_into(history.setdefault("staleness_hist", {}), staleness)
 
 
@@ -112,7 +114,7 @@ def summarize(session: TrainSession, checkpoint=None) -> dict:
         out["segments_eos_truncated"] = {k: {"eos": v - trunc.get(k, 0), "truncated": trunc.get(k, 0)}
                                          for k, v in out["segments_hist"].items()}
         eos = h.get("trained_eos_at_least", {})
-        out["trained_eos_at_least"] = {str(n): eos.get(str(n), 0) for n in (1024, 2048)}
+        out["trained_eos_at_least"] = {str(n): eos.get(str(n), 0) for n in LONG_EOS_TOKENS}
     out["peak_rss_mib"] = peak_rss_mib(session)
     if checkpoint is not None:
         out["checkpoint_mib"] = sum(f.stat().st_size for f in Path(checkpoint).rglob("*") if f.is_file()) / 2**20

@@ -42,10 +42,8 @@ def sft_sequences(tokenizer, n: int, seed: int, max_size: int, task: str = Built
     `alpha`: the size law's exponent (None: the task's default); `uniform`: the share of sizes drawn
     uniformly instead (odometer only). Responses longer than `max_response_tokens` are cut to that many
     tokens, without EOS."""
-    law = {"max_size": max_size} if alpha is None else {"max_size": max_size, "alpha": alpha}
-    if uniform:
-        law["uniform"] = uniform
-    rows = task_rows(task, n, seed=seed + SFT_SEED_OFFSET, split="sft", **law)
+    rows = task_rows(task, n, seed=seed + SFT_SEED_OFFSET, split="sft", max_size=max_size, alpha=alpha,
+                     uniform=uniform)
     out = []
     for r in rows:
         text = tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False)

@@ -33,10 +33,13 @@ TASKS: dict[str, Callable[..., list[dict]]] = {
 
 
 def task_rows(source: str, n: int, seed: int, split: str = "train", **size_law) -> list[dict]:
-    """`n` rows of the built-in task named `source` (e.g. `builtin:odometer`)."""
+    """`n` rows of the built-in task named `source` (e.g. `builtin:odometer`). A size-law setting left at its
+    default (`alpha=None`, `uniform=0`) is not forwarded, so the task's own law applies and a task without
+    that setting (`chain` has no `uniform`) accepts it."""
     if source not in TASKS:
         raise ValueError(f"unknown built-in task {source!r}; valid: {sorted(TASKS)}")
-    return TASKS[source](n, seed=seed, split=split, **size_law)
+    law = {k: v for k, v in size_law.items() if not (k == "alpha" and v is None or k == "uniform" and not v)}
+    return TASKS[source](n, seed=seed, split=split, **law)
 
 
 __all__ = ["BUILTIN_PREFIX", "BuiltinTask", "TASKS", "task_rows"]
