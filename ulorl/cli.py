@@ -110,6 +110,10 @@ def cmd_sft(args) -> int:
 
     cfg = _load_cfg(args)
     check_runnable(cfg)
+    if cfg.train.threads:  # as `ulorl train` does, so both commands give the same warm start
+        import torch
+
+        torch.set_num_threads(cfg.train.threads)
     run_dir = make_run_dir(_run_dir(args, "sft"))
     with RunLock.acquire(run_dir):  # one process per folder, as for train
         atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))

@@ -26,6 +26,24 @@ def test_sft_loss_goes_down_and_saves_a_loadable_model(tmp_path, tiny_model_dir)
     assert gen.shape[1] > ids["input_ids"].shape[1]
 
 
+def test_sft_command_uses_train_threads_as_train_does(tmp_path, monkeypatch, capsys):
+    """`ulorl sft` and `ulorl train` give the same warm start only if both set `train.threads` before SFT."""
+    import torch
+
+    import ulorl.run.sft_report as sft_report
+
+    seen = []
+    monkeypatch.setattr(sft_report, "sft_and_report", lambda cfg, run_dir: seen.append(torch.get_num_threads()) or {})
+    before = torch.get_num_threads()
+    try:
+        assert main(["sft", "-o", str(tmp_path / "a"), "train.threads=1"]) == 0
+        torch.set_num_threads(2)
+        assert main(["sft", "-o", str(tmp_path / "b"), "train.threads=0"]) == 0  # 0: torch's own count, untouched
+    finally:
+        torch.set_num_threads(before)
+    assert seen == [1, 2]
+
+
 def test_help_describes_every_command(capsys):
     parser = build_parser()
     with pytest.raises(SystemExit):

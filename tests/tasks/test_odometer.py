@@ -195,8 +195,16 @@ def test_data_size_law_reaches_both_builtin_splits():
     # without a size law the splits are the task's own, as before
     assert builtin_rows(BuiltinTask.ODOMETER.value, base, "eval") == \
         task_rows(BuiltinTask.ODOMETER.value, 300, seed=base.seed + EVAL_SEED_OFFSET, split="eval")
+    # data.train_uniform changes the train split only
+    long_train = DataConfig(train="builtin:odometer", eval="builtin:odometer", train_size=500, eval_size=300,
+                            alpha=0.5, uniform=0.2, train_uniform=0.8)
+    assert builtin_rows(BuiltinTask.ODOMETER.value, long_train, "eval") == builtin_rows(BuiltinTask.ODOMETER.value,
+                                                                                        flat, "eval")
+    assert (sizes(long_train, "train") >= 166).sum() > 2 * (sizes(flat, "train") >= 166).sum()
     with pytest.raises(ConfigError, match="data.uniform"):
         DataConfig(uniform=2.0)
+    with pytest.raises(ConfigError, match="data.train_uniform"):
+        DataConfig(train_uniform=-1.0)
     with pytest.raises(ConfigError, match="data.alpha"):
         DataConfig(alpha=0.0)
 

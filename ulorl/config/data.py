@@ -47,6 +47,7 @@ class DataConfig:
     eval_size: int = 200  # built-in task only
     alpha: float | None = None  # built-in task only: size-law exponent of both splits (None: the task's own)
     uniform: float = 0.0  # odometer only: share of problems (both splits) with sizes uniform on the task's range
+    train_uniform: float | None = None  # odometer only: the train split's share instead (None: `uniform`)
     seed: int = 0  # built-in task seed (eval uses a different one) and shuffle seed
     shuffle: bool = True  # shuffle the training prompts once at load time
     system_prompt: str | None = None  # a system message put first in every prompt that has none
@@ -81,6 +82,8 @@ class DataConfig:
             raise ConfigError(f"data.alpha must be > 0 (or null: the task's own), got {self.alpha}")
         if not 0.0 <= self.uniform <= 1.0:
             raise ConfigError(f"data.uniform must be in [0, 1], got {self.uniform}")
+        if self.train_uniform is not None and not 0.0 <= self.train_uniform <= 1.0:
+            raise ConfigError(f"data.train_uniform must be in [0, 1] or null (data.uniform), got {self.train_uniform}")
 
     def sources(self, split: str) -> list[str]:
         """The sources of `split` ('train' or 'eval') as a list (empty when data.eval is null)."""

@@ -39,10 +39,11 @@ def builtin_rows(source: str, cfg: DataConfig, split: str) -> list[dict]:
     row's index is its `prompt_id`."""
     if source not in BUILTINS:
         raise DataError(f"unknown built-in source {source!r}; valid: {list(BUILTINS)}")
-    law = {"alpha": cfg.alpha, "uniform": cfg.uniform}
     if split == "train":
-        return task_rows(source, cfg.train_size, seed=cfg.seed, split="train", **law)
-    return task_rows(source, cfg.eval_size, seed=cfg.seed + EVAL_SEED_OFFSET, split=split, **law)
+        uniform = cfg.uniform if cfg.train_uniform is None else cfg.train_uniform
+        return task_rows(source, cfg.train_size, seed=cfg.seed, split="train", alpha=cfg.alpha, uniform=uniform)
+    return task_rows(source, cfg.eval_size, seed=cfg.seed + EVAL_SEED_OFFSET, split=split, alpha=cfg.alpha,
+                     uniform=cfg.uniform)
 
 
 def _storage_for(path: str, fmt: DataFormat) -> Storage:
