@@ -75,7 +75,9 @@ def test_train_end_to_end_on_the_tiny_model(tmp_path, tiny_model_dir, capsys, mo
                "data.train_size=20", "data.eval_size=4", "eval.k=2", "eval.pass_k=[1,2]", "eval.max_new_tokens=16",
                "logging.progress=false", "reward.num_workers=1", "train.lr=1e-3"])
     assert rc == 0
-    out = capsys.readouterr().out
+    captured = capsys.readouterr()
+    out = captured.out
+    assert "sample/s" not in captured.err  # logging.progress=false: no progress bar, the evaluations' included
     assert "=== ulorl train: summary ===" in out and "held-out avg@k" in out and str(run) in out
     for name in ("config.yaml", "metrics.jsonl", "samples.jsonl", "summary.json", "checkpoints/latest"):
         assert (run / name).exists(), name
