@@ -110,7 +110,7 @@ def cmd_sft(args) -> int:
 
     cfg = _load_cfg(args)
     check_runnable(cfg)
-    if cfg.train.threads:  # as `ulorl train` does, so both commands give the same warm start
+    if cfg.train.threads:  # as `ulorl train` does: a config's warm start runs with one thread count
         import torch
 
         torch.set_num_threads(cfg.train.threads)

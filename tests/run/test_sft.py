@@ -27,7 +27,8 @@ def test_sft_loss_goes_down_and_saves_a_loadable_model(tmp_path, tiny_model_dir)
 
 
 def test_sft_command_uses_train_threads_as_train_does(tmp_path, monkeypatch, capsys):
-    """`ulorl sft` and `ulorl train` give the same warm start only if both set `train.threads` before SFT."""
+    """`ulorl sft` sets `train.threads` before SFT as `ulorl train` does: a config's warm start runs with one thread
+    count under both commands (the count changes torch's reduction order)."""
     import torch
 
     import ulorl.run.sft_report as sft_report
