@@ -102,6 +102,7 @@ def format_summary(s: dict) -> str:
 
 def cmd_sft(args) -> int:
     from ulorl.config import dump_yaml
+    from ulorl.run.session import use_train_threads
     from ulorl.run.sft_report import sft_and_report
 
     from ulorl.run.checkpoint import atomic_write_text, make_run_dir
@@ -110,10 +111,7 @@ def cmd_sft(args) -> int:
 
     cfg = _load_cfg(args)
     check_runnable(cfg)
-    if cfg.train.threads:  # as `ulorl train` does: a config's warm start runs with one thread count
-        import torch
-
-        torch.set_num_threads(cfg.train.threads)
+    use_train_threads(cfg)  # as `ulorl train` does
     run_dir = make_run_dir(_run_dir(args, "sft"))
     with RunLock.acquire(run_dir):  # one process per folder, as for train
         atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))

@@ -46,6 +46,13 @@ from ulorl.run.samples_log import SampleLog
 from ulorl.run.sft import run_sft
 
 
+def use_train_threads(cfg: RunConfig) -> None:
+    """`train.threads` > 0: torch's thread count for this process (before any warm start, so `ulorl sft` and
+    `ulorl train` run a config's SFT with one count); 0 leaves torch's own."""
+    if cfg.train.threads:
+        torch.set_num_threads(cfg.train.threads)
+
+
 def open_session(cfg: RunConfig, run_dir: str | Path, resume: str | None = None) -> TrainSession:
     """The session of a run in `run_dir`, fresh or resumed as `resume` says (None, `auto`, `never`, a PATH).
     `train.threads` > 0 sets torch's thread count for this process first (the warm start included)."""
@@ -54,8 +61,7 @@ def open_session(cfg: RunConfig, run_dir: str | Path, resume: str | None = None)
     cfg, notes = bound_by_machine(cfg)
     for note in notes:
         say(note)
-    if cfg.train.threads:
-        torch.set_num_threads(cfg.train.threads)
+    use_train_threads(cfg)
     run_dir = make_run_dir(run_dir)
     lock = RunLock.acquire(run_dir)
     try:
