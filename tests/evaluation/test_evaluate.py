@@ -17,7 +17,7 @@ from ulorl.rollout.engines.registry import build_engine
 from ulorl.tasks.chain import score_chain
 
 
-def chain_score(responses, gts, sources):
+def chain_score(responses, gts, sources, extra_infos):
     return [score_chain(r, g) for r, g in zip(responses, gts)]
 
 
@@ -71,6 +71,25 @@ def test_evaluate_scripted_counts(tiny):
     assert d["summary"] == s and d["config"]["k"] == 4
     md = res.to_markdown()
     assert "| avg@k | 0.3750 |" in md and "| 11 | a | 2/4 |" in md
+
+
+def test_the_score_function_gets_each_rows_extra_info(tiny):
+    """A reward that reads the row (the built-in tasks' `worked_solution`) is scored in evaluation as in training."""
+    _, tok = tiny
+    p0 = PromptRecord(0, [1, 2], "p0", "3", "a", extra_info={"solution": "answer 3"})
+    p1 = PromptRecord(1, [1, 3], "p1", "5", "a", extra_info={"solution": "2 answer 5"})
+    script = {(1, 2): [out(tok, "answer 3"), out(tok, "answer 3", eos=False)],
+              (1, 3): [out(tok, "2 answer 5"), out(tok, "answer 5")]}
+    seen = []
+
+    def whole_solution(responses, gts, sources, extra_infos):
+        seen.extend(info["solution"] for info in extra_infos)
+        return [float(r == info["solution"]) for r, info in zip(responses, extra_infos)]
+
+    res = evaluate(ScriptedEngine(script), tok, [p0, p1], EvalConfig(k=2, max_new_tokens=8), whole_solution,
+                   progress=False)
+    assert seen == ["answer 3", "2 answer 5", "2 answer 5"]  # the truncated sample is not scored
+    assert [p["correct"] for p in res.per_problem] == [1, 1]  # "answer 5" has the answer, not the solution
 
 
 def test_evaluate_end_to_end_tiny_model(tiny):

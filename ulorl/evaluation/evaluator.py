@@ -21,7 +21,8 @@ from ulorl.evaluation.metrics import length_stats, pass_at_k
 from ulorl.evaluation.groups import sample_groups
 from ulorl.rollout.engines.base import Engine, SamplingParams
 
-ScoreFn = Callable[[list[str], list[str], list[str]], list[float]]
+# (responses, ground_truths, data_sources, extra_infos=[each row's extra_info]) -> rewards; `RewardManager.score`
+ScoreFn = Callable[..., list[float]]
 SAMPLE_CHARS = 300  # characters of one response kept per problem in the JSON results
 
 
@@ -81,8 +82,10 @@ def evaluate(
     texts = [tokenizer.decode(o.tokens, skip_special_tokens=True) for o in outs]
     gts = [p.ground_truth for p in prompts for _ in range(cfg.k)]
     sources = [p.data_source for p in prompts for _ in range(cfg.k)]
+    infos = [p.extra_info for p in prompts for _ in range(cfg.k)]
     done = [i for i, o in enumerate(outs) if o.eos]  # truncated responses score 0 without being verified
-    rewards = score_fn([texts[i] for i in done], [gts[i] for i in done], [sources[i] for i in done]) if done else []
+    rewards = score_fn([texts[i] for i in done], [gts[i] for i in done], [sources[i] for i in done],
+                       extra_infos=[infos[i] for i in done]) if done else []
     if len(rewards) != len(done):
         raise RuntimeError(f"score_fn returned {len(rewards)} rewards for {len(done)} responses")
     flat = np.zeros(len(outs), dtype=bool)
