@@ -159,6 +159,6 @@ def evaluate_policy(session: TrainSession, label: str) -> dict:
     from ulorl.evaluation import evaluate
 
     res = evaluate(session.engine, session.tokenizer, session.eval_prompts, session.cfg.eval,
-                   lambda rs, gts, dss: session.reward.score(rs, gts, dss), progress=session.cfg.logging.progress)
+                   session.reward.score, progress=session.cfg.logging.progress)
     session.history.setdefault("eval_correct", {})[label] = [p["correct"] for p in res.per_problem]
     return dict(res.summary)
