@@ -6,10 +6,11 @@ The built-in tasks' answers are fully determined: a right response *is* the row'
 (`extra_info["solution"]`), token for token. The default reward reads only the token after the last
 `answer`, so a response that skipped lines and then guessed scores 1 about one time in eleven on
 `odometer` (the running value is one of 11). On long problems such guesses are a large share of the
-right answers RL sees (on `configs/long.yaml`'s first RL steps, 13 of the 44 rewarded EOS answers to
-problems of >= 1,024 tokens had another length than the worked solution: docs/long_run.md), and each one
-rewards the skip. `worked_solution` scores 1 only when the response, whitespace-normalised, equals the
-worked solution, and logs the final answer's correctness beside it (`answer_right`).
+right answers RL sees (in one 20-step run of `configs/long.yaml`, 27 of the 107 rewarded EOS answers to
+problems of >= 1,024 tokens had another length than the worked solution), and each one rewards the skip.
+`worked_solution` scores 1 only when the response, whitespace-normalised, equals the worked solution, and
+logs the final answer's correctness beside it (`answer_right`). Measured on that config (docs/long_run.md):
+it kept RL's gain at 2,048-4,096 tokens but lost 19 points at 256-1,023, so no config uses it.
 
 Deviation from the paper: UloRL's verifier checks the final answer only. This is a property of the
 synthetic task (every step is checkable), not of the method; a real data set keeps `rule`.
