@@ -4,16 +4,19 @@ from __future__ import annotations
 
 import argparse
 import json
+from types import SimpleNamespace
 
 import pytest
 
 from ulorl.data import PromptRecord, load_prompts
 from ulorl.config import DataConfig
 from ulorl.evaluation import add_eval_arguments, evaluate, run_eval
-from ulorl.config import EvalConfig
+from ulorl.config import EvalConfig, LoggingConfig, RewardConfig
 from ulorl.models import build_tiny_model, eos_token_ids, load_model, load_tokenizer
 from ulorl.rollout.engines import GenerationOutput
+from ulorl.reward import RewardManager
 from ulorl.rollout.engines.registry import build_engine
+from ulorl.run.loop import evaluate_policy
 from ulorl.tasks.chain import score_chain
 
 
@@ -90,6 +93,23 @@ def test_the_score_function_gets_each_rows_extra_info(tiny):
                    progress=False)
     assert seen == ["answer 3", "2 answer 5", "2 answer 5"]  # the truncated sample is not scored
     assert [p["correct"] for p in res.per_problem] == [1, 1]  # "answer 5" has the answer, not the solution
+
+
+def test_the_trainers_evaluation_scores_with_the_runs_reward(tiny):
+    """`evaluate_policy` hands the row's extra_info to the run's reward: `worked_solution` refuses a lucky guess."""
+    _, tok = tiny
+    solution = "0 0 3 : 2 , 0 0 2 : 4 , 0 0 1 : 5 , 0 0 0 : 5 , answer 5"
+    lucky = "0 0 3 : 2 , 0 0 1 : 3 , 0 0 0 : 3 , answer 5"  # a skipped line, the right final answer
+    prompt = PromptRecord(7, [1, 2], "add start 2 steps 0 0 3", "5", "ulorl/odometer",
+                          extra_info={"solution": solution, "size": 3})
+    with RewardManager(RewardConfig(fn="ulorl.tasks.scoring:worked_solution", num_workers=1)) as rm:
+        session = SimpleNamespace(
+            engine=ScriptedEngine({(1, 2): [out(tok, solution), out(tok, lucky)]}), tokenizer=tok,
+            eval_prompts=[prompt], reward=rm, history={},
+            cfg=SimpleNamespace(eval=EvalConfig(k=2, max_new_tokens=64), logging=LoggingConfig(progress=False)))
+        summary = evaluate_policy(session, "before")
+    assert summary["avg@k"] == 0.5  # the lucky guess does not count
+    assert session.history["eval_correct"]["before"] == [1]
 
 
 def test_evaluate_end_to_end_tiny_model(tiny):

@@ -6,8 +6,9 @@ The built-in tasks' answers are fully determined: a right response *is* the row'
 (`extra_info["solution"]`), token for token. The default reward reads only the token after the last
 `answer`, so a response that skipped lines and then guessed scores 1 about one time in eleven on
 `odometer` (the running value is one of 11). On long problems such guesses are a large share of the
-right answers RL sees (in one 20-step run of `configs/long.yaml`, 27 of the 107 rewarded EOS answers to
-problems of >= 1,024 tokens had another length than the worked solution), and each one rewards the skip.
+right answers RL sees (in one 20-step run of `configs/long.yaml`, 26 of the 107 rewarded EOS answers to
+problems of >= 1,000 tokens were over 10% shorter or longer than the worked solution), and each one rewards
+the skip.
 `worked_solution` scores 1 only when the response, whitespace-normalised, equals the worked solution, and
 logs the final answer's correctness beside it (`answer_right`). Measured on that config (docs/long_run.md):
 it kept RL's gain at 2,048-4,096 tokens but lost 19 points at 256-1,023, so no config uses it.
@@ -19,6 +20,7 @@ synthetic task (every step is checkable), not of the method; a real data set kee
 from __future__ import annotations
 
 from ulorl.reward.extract import extract_builtin
+from ulorl.reward.rule import normalize_answer
 
 __all__ = ["worked_solution"]
 
@@ -30,12 +32,12 @@ def _words(text: str) -> list[str]:
 def worked_solution(data_source: str, solution_str: str, ground_truth: str, extra_info: dict | None = None) -> dict:
     """verl-style score: 1.0 when `solution_str` is the row's worked solution (whitespace-normalised), else 0.0.
 
-    Returns `{"score": ..., "answer_right": ...}`; `answer_right` is the default reward's verdict (the token
-    after the last `answer` equals `ground_truth`). Raises ValueError when the row has no worked solution."""
+    Returns `{"score": ..., "answer_right": ...}`; `answer_right` is the `exact` reward's verdict (the token
+    after the last `answer` equals `ground_truth`, both normalised as `exact` does). Raises ValueError when the row has no worked solution."""
     solution = extra_info.get("solution") if isinstance(extra_info, dict) else None
     if not isinstance(solution, str) or not solution:
         raise ValueError(f"worked_solution needs the row's extra_info['solution'] (the built-in tasks' rows have "
                          f"one); the row of data_source {data_source!r} has none")
     answer = extract_builtin(solution_str)
     return {"score": float(_words(solution_str) == _words(solution)),
-            "answer_right": float(answer is not None and answer.strip() == str(ground_truth).strip())}
+            "answer_right": float(answer is not None and normalize_answer(answer) == normalize_answer(str(ground_truth)))}
