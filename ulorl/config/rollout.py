@@ -9,6 +9,7 @@ from ulorl.config.checks import positive
 from ulorl.config.loader import ConfigError, check_choice
 from ulorl.rollout.engines.base import check_sampling
 from ulorl.rollout.engines.registry import EngineName
+from ulorl.rollout.engines.torch.engine import DecodeAttention
 
 
 @dataclass
@@ -36,6 +37,20 @@ class VLLMConfig:
 
 
 @dataclass
+class TorchEngineConfig:
+    """`rollout.torch`: options of the torch engine (used when rollout.engine=torch)."""
+
+    decode_attention: str = "auto"  # DecodeAttention: auto (split_k on CPU, flex on CUDA) | split_k | flex | gather
+    cuda_graphs: bool = True  # CUDA, flex/gather: capture each padded decode shape once as a CUDA graph, replay it
+    block_size: int | None = None  # tokens per KV block; None: 32 on CPU, 64 on CUDA
+
+    def __post_init__(self) -> None:
+        check_choice("rollout.torch.decode_attention", self.decode_attention, DecodeAttention)
+        if self.block_size is not None:
+            positive("rollout.torch.block_size", self.block_size)
+
+
+@dataclass
 class RolloutConfig:
     engine: str = "torch"  # EngineName: torch (default: CPU and CUDA) | hf (any transformers LM, slower) | vllm (GPU)
     max_response_len: int = 160  # global cap L on response tokens
@@ -48,6 +63,7 @@ class RolloutConfig:
     max_batch: int = 256  # rows decoded at once (torch, hf); the rest wait in the queue for a free row
     kv_cache_gib: float = 4.0  # torch engine: KV block pool size (one sequence of prefix + L must fit; rows beyond wait)
     dtype: str = "auto"  # torch engine weights and KV: auto (the model's) | float32 | bfloat16; log-probs stay float32
+    torch: TorchEngineConfig = field(default_factory=TorchEngineConfig)  # rollout.engine=torch only
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # rollout.engine=vllm only
 
     def __post_init__(self) -> None:

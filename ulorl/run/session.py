@@ -259,7 +259,7 @@ def start_engine(cfg: RunConfig, placement: Placement, model, tokenizer, policy:
     r = cfg.rollout
     engine = placement.engine(model, tokenizer, eos_token_ids(model, tokenizer), model_path=policy, vllm=r.vllm,
                               model_cfg=cfg.model, seed=cfg.train.seed, max_batch=r.max_batch,
-                              kv_cache_gib=r.kv_cache_gib, dtype=r.dtype)
+                              kv_cache_gib=r.kv_cache_gib, dtype=r.dtype, torch=r.torch)
     if hasattr(engine, "reserve"):  # torch engine: its KV cache is allocated (and budget-checked) now
         longest = max((len(p.prompt_tokens) for p in train_prompts), default=0)
         engine.reserve(r.decode_batch, longest + r.max_response_len)

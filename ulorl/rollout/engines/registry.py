@@ -26,9 +26,11 @@ def _torch(model, tokenizer, eos_ids: list[int], **kw) -> Engine:
 
     from ulorl.rollout.engines.torch import TorchEngine
 
-    dtype = kw.get("dtype")
+    dtype, opts = kw.get("dtype"), kw.get("torch")
+    extra = {} if opts is None else dict(decode_attention=opts.decode_attention, cuda_graphs=opts.cuda_graphs,
+                                         block_size=opts.block_size)
     return TorchEngine(model, eos_ids, max_batch=kw.get("max_batch", 256), kv_cache_gib=kw.get("kv_cache_gib", 4.0),
-                       dtype=None if dtype in (None, "auto") else getattr(torch, dtype))
+                       dtype=None if dtype in (None, "auto") else getattr(torch, dtype), **extra)
 
 
 def _hf(model, tokenizer, eos_ids: list[int], **kw) -> Engine:
@@ -55,7 +57,7 @@ def build_engine(name: str, model, tokenizer, eos_ids: list[int], **kw) -> Engin
     never stops early). An unknown name raises `ConfigError` listing the valid ones.
 
     Keywords, each read by the engines that use it: `max_batch`, `kv_cache_gib`, `dtype` (torch: "auto" or
-    None for the model's, or a torch dtype name such as "bfloat16"), `pad_id` (hf; default
+    None for the model's, or a torch dtype name such as "bfloat16"), `torch` (a `rollout.torch` config), `pad_id` (hf; default
     `tokenizer.pad_token_id`, so `tokenizer` may be None when it is given), `model_path`, `vllm`, `model_cfg`,
     `seed` (vllm).
     """

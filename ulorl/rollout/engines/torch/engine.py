@@ -9,7 +9,9 @@ modules. One role per file, as in nano-vllm's engine/:
 - `block_manager.py` and `kv_cache.py`: fixed-size blocks from one pool bounded by `rollout.kv_cache_gib`,
   with reference counts; on CPU the pool's memory is committed only where blocks are written;
 - `runner.py` and `attention.py`: packed prefill and one-token decode over the model's own modules, one
-  attention call per layer reading each row's own blocks;
+  attention call per layer reading each row's own blocks (split-K over the pool: the CPU default);
+- `table_attention.py` and `graph_decoder.py`: the same decode with fixed shapes over padded block tables
+  (flex_attention or a gather), captured as CUDA graphs per batch bucket and replayed (the CUDA default);
 - `sampler.py`: temperature / top-k / top-p with one random stream per row.
 
 The contract is every engine's (`base.py`): behaviour log-probs are `log_softmax(logits / T)` of the sampled
@@ -23,18 +25,35 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from enum import Enum
 
 import torch
 
 from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams, check_prefixes, load_weights
+from ulorl.errors import check_choice
 from ulorl.rollout.engines.torch.block_manager import BlockManager
+from ulorl.rollout.engines.torch.graph_decoder import GraphMode, TableDecoder
 from ulorl.rollout.engines.torch.kv_cache import GIB, PagedKVCache, check_budget, physical_memory_bytes, pool_blocks
 from ulorl.rollout.engines.torch.runner import ModelRunner
 from ulorl.rollout.engines.torch.scheduler import Scheduler
+from ulorl.rollout.engines.torch.table_attention import table_backend
 
+class DecodeAttention(str, Enum):
+    """`rollout.torch.decode_attention`: how a decode step attends over the paged cache."""
+
+    AUTO = "auto"  # DEFAULT_DECODE_ATTENTION by device type
+    SPLIT_K = "split_k"  # `attention.py`: the pool's blocks as one batched call, shapes that follow the pool (CPU)
+    FLEX = "flex"  # `table_attention.py`: flex_attention over block tables (compiled on CUDA), CUDA-graph capturable
+    GATHER = "gather"  # `table_attention.py`: blocks gathered per row, CUDA-graph capturable, no compiler
+
+
+# measured fastest on CPU (docs/benchmarks.md); on CUDA the fixed-shape path that CUDA graphs capture, flex as the
+# library kernel that reads blocks in place (not yet measured on a GPU: benchmarks/gpu_paged_check.py compares)
+DEFAULT_DECODE_ATTENTION = {"cpu": DecodeAttention.SPLIT_K, "cuda": DecodeAttention.FLEX}
 # tokens per KV block by device type: on CPU 32 measured within noise of 64 and 128 for the decode attention
-# (docs/benchmarks.md) with less waste per row; 16 on CUDA as vLLM
-BLOCK_SIZES = {"cpu": 32, "cuda": 16}
+# (docs/benchmarks.md) with less waste per row; on CUDA 64, a multiple of flex decoding's KV tile (a block
+# size is a tile size there: smaller blocks, smaller tiles)
+BLOCK_SIZES = {"cpu": 32, "cuda": 64}
 # full blocks a row's consecutive run needs to be read as one view in its own attention call (`scheduler.py`);
 # by device type, 0: never (on CUDA one more call costs more than reading many blocks in the batched one)
 RUN_MIN_BLOCKS = {"cpu": 8}
@@ -47,7 +66,8 @@ class TorchEngine:
     scheduler_cls = Scheduler  # benchmarks substitute a subclass (e.g. forced EOS from a length schedule)
 
     def __init__(self, model, eos_ids: list[int], max_batch: int = 256, kv_cache_gib: float = 4.0,
-                 prefill_tokens: int = 16384, block_size: int | None = None, dtype: torch.dtype | None = None) -> None:
+                 prefill_tokens: int = 16384, block_size: int | None = None, dtype: torch.dtype | None = None,
+                 decode_attention: str = "auto", cuda_graphs: bool = True) -> None:
         if not eos_ids:
             raise ValueError("the torch engine needs at least one EOS token id")
         if max_batch < 1 or prefill_tokens < 1 or not kv_cache_gib > 0 or (block_size is not None and block_size < 1):
@@ -59,9 +79,17 @@ class TorchEngine:
         self.eos_ids = sorted(set(eos_ids))
         self.max_batch, self.kv_cache_gib, self.prefill_tokens = max_batch, kv_cache_gib, prefill_tokens
         self.block_size = block_size or BLOCK_SIZES.get(self.runner.device.type, 16)
+        check_choice("rollout.torch.decode_attention", decode_attention, DecodeAttention)
+        dev = self.runner.device.type
+        mode = DecodeAttention(decode_attention)
+        self.decode_attention = DEFAULT_DECODE_ATTENTION.get(dev, DecodeAttention.SPLIT_K) \
+            if mode is DecodeAttention.AUTO else mode
+        # CUDA graphs replay fixed-shape steps: the table backends only, on CUDA only
+        self.graph_mode = GraphMode.CUDA if cuda_graphs and dev == "cuda" else GraphMode.OFF
         self.stats = EngineStats()
         self.cache: PagedKVCache | None = None
         self.blocks: BlockManager | None = None
+        self.table: TableDecoder | None = None
 
     @property
     def dtype(self) -> torch.dtype:
@@ -89,6 +117,10 @@ class TorchEngine:
             n = pool_blocks(shape, self.block_size, gib)
             self.cache = PagedKVCache(shape, self.block_size, n, dev)
             self.blocks = BlockManager(n, self.block_size, dev)
+            self.table = None
+            if self.decode_attention is not DecodeAttention.SPLIT_K:  # graphs hold the pool's addresses: per pool
+                backend = table_backend(self.decode_attention.value, compiled=dev.type == "cuda")
+                self.table = TableDecoder(self.runner, self.cache, backend, self.max_batch, self.graph_mode.value)
         return self.cache, self.blocks
 
     @torch.no_grad()
@@ -106,7 +138,8 @@ class TorchEngine:
         try:
             scheduler = self.scheduler_cls(self.runner, cache, blocks, self.stats, prefixes, max_new_tokens, params,
                                            seed, self.eos_ids, self.max_batch, self.prefill_tokens, progress,
-                                           RUN_MIN_BLOCKS.get(self.runner.device.type, 0))
+                                           0 if self.table else RUN_MIN_BLOCKS.get(self.runner.device.type, 0),
+                                           self.table)
             return scheduler.run()
         finally:
             self.model.train(was_training)

@@ -1,9 +1,10 @@
 """The paged KV cache: one pool of fixed-size blocks per layer, bounded by `rollout.kv_cache_gib`.
 
-Per layer, keys and values are `(H_kv, num_blocks, block_size, D)` tensors (key/value heads, blocks, tokens
+Per layer, keys and values are `(H_kv, num_blocks + 1, block_size, D)` tensors (key/value heads, blocks, tokens
 of a block, head size), views of one allocation; `k_tokens[layer]` is the same memory as
-`(H_kv, num_blocks x block_size, D)`, so the tokens of consecutive blocks are one strided view (a row whose
-blocks are consecutive attends over a view, no copy). Which block belongs to which sequence is the block
+`(H_kv, (num_blocks + 1) x block_size, D)`, so the tokens of consecutive blocks are one strided view (a row
+whose blocks are consecutive attends over a view, no copy). The last block (`scratch`) is outside the budget's
+blocks and never handed out: a fixed-shape decode (`graph_decoder.py`) writes its padding rows there. Which block belongs to which sequence is the block
 manager's business (`block_manager.py`); this file holds the memory and its budget.
 
 The pool is sized by the budget, not by the batch: `num_blocks = kv_cache_gib / bytes of a block`. On CPU it
@@ -96,14 +97,16 @@ class PagedKVCache:
             raise KVCacheBudgetError(f"the KV cache budget holds no block of {block_size} tokens; raise "
                                      f"rollout.kv_cache_gib")
         self.shape, self.block_size, self.num_blocks = shape, block_size, num_blocks
-        per = num_blocks * shape.num_kv_heads * block_size * shape.head_dim
+        self.scratch = num_blocks  # one block past the pool, never handed out: padding rows of a fixed-shape decode
+        total = num_blocks + 1
+        per = total * shape.num_kv_heads * block_size * shape.head_dim
         flat, self._mmap = _zeroed(2 * shape.num_layers * per, shape.dtype, torch.device(device))
-        dims = (shape.num_kv_heads, num_blocks, block_size, shape.head_dim)
+        dims = (shape.num_kv_heads, total, block_size, shape.head_dim)
         pools = flat.view(shape.num_layers, 2, *dims)
-        self.k = [pools[i, 0] for i in range(shape.num_layers)]  # (H_kv, num_blocks, block_size, D)
+        self.k = [pools[i, 0] for i in range(shape.num_layers)]  # (H_kv, num_blocks + 1, block_size, D)
         self.v = [pools[i, 1] for i in range(shape.num_layers)]
-        tok = (shape.num_kv_heads, num_blocks * block_size, shape.head_dim)
-        self.k_tokens = [k.view(tok) for k in self.k]  # (H_kv, num_blocks x block_size, D)
+        tok = (shape.num_kv_heads, total * block_size, shape.head_dim)
+        self.k_tokens = [k.view(tok) for k in self.k]  # (H_kv, (num_blocks + 1) x block_size, D)
         self.v_tokens = [v.view(tok) for v in self.v]
 
     @property
@@ -125,7 +128,10 @@ class PagedKVCache:
 
     def write(self, layer: int, block: torch.Tensor, offset: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
         """Store token i's keys/values `k[i], v[i]` `(N, H_kv, D)` at `(block[i], offset[i])` `(N,)` of `layer`."""
-        slot = block * self.block_size + offset
+        self.write_slots(layer, block * self.block_size + offset, k, v)
+
+    def write_slots(self, layer: int, slot: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> None:
+        """Store `k[i], v[i]` `(N, H_kv, D)` at token slot `slot[i]` `(N,)` (block x block_size + offset)."""
         self.k_tokens[layer][:, slot] = k.transpose(0, 1)
         self.v_tokens[layer][:, slot] = v.transpose(0, 1)
 

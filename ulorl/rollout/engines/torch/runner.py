@@ -9,7 +9,9 @@ dtype is the model's) and replaces only the attention bookkeeping:
   each token's K/V is written into its block;
 - `decode` advances every live row by one token: the new K/V is written in place at the row's position in
   its last block, and one attention call per layer reads each row's own blocks
-  (`attention.paged_decode_attention`).
+  (`attention.paged_decode_attention`, split-K over the pool: CPU);
+- `decode_table` does the same with fixed shapes (padded block tables, `table_attention.py`), the form a
+  CUDA graph can capture (`graph_decoder.py`).
 
 Supported: decoder-only models whose layers follow the Llama pattern (`input_layernorm`,
 `self_attn.{q,k,v,o}_proj`, optional per-head `q_norm`/`k_norm` as in Qwen3, `post_attention_layernorm`,
@@ -136,16 +138,35 @@ class ModelRunner:
     def decode(self, cache: PagedKVCache, tokens: torch.Tensor, pos: torch.Tensor, block: torch.Tensor,
                plan: DecodePlan) -> torch.Tensor:
         """Feed `tokens` `(n,)` at positions `pos` `(n,)` (each row's current length), writing their K/V at
-        `(block, pos % block_size)`; return next-token logits `(n, V)`."""
+        `(block, pos % block_size)`; return next-token logits `(n, V)`. Attention: the split-K plan."""
+        def attend(li: int, q: torch.Tensor) -> torch.Tensor:
+            return paged_decode_attention(q, cache.k[li], cache.v[li], plan, self.scale, cache.k_tokens[li],
+                                          cache.v_tokens[li])
+
+        return self._decode_layers(cache, tokens, pos, block * cache.block_size + pos % cache.block_size, attend)
+
+    def decode_table(self, cache: PagedKVCache, tokens: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor,
+                     table: torch.Tensor, ctx: torch.Tensor, backend) -> torch.Tensor:
+        """`decode` with fixed shapes (capturable as a CUDA graph): K/V written at token slots `slot` `(n,)`, each
+        row attending over its blocks `table` `(n, W)` up to `ctx` `(n,)` through `backend`
+        (`table_attention.py`)."""
+        step = backend.prepare(table, ctx, cache.block_size, cache.num_blocks + 1, self.group)
+
+        def attend(li: int, q: torch.Tensor) -> torch.Tensor:
+            return backend.attend(q, cache.k_tokens[li], cache.v_tokens[li], step, self.scale)
+
+        return self._decode_layers(cache, tokens, pos, slot, attend)
+
+    def _decode_layers(self, cache: PagedKVCache, tokens: torch.Tensor, pos: torch.Tensor, slot: torch.Tensor,
+                       attend) -> torch.Tensor:
+        """The layers of one decode step; `attend(layer, q)` maps q `(n, H_kv, G, D)` to the same shape."""
         n = tokens.shape[0]
-        offset = pos % cache.block_size
         x, cos, sin = self._embed(tokens, pos)
         for li, layer in enumerate(self.model.model.layers):
             attn = layer.self_attn
             q, k, v = self._qkv(attn, _norm(layer.input_layernorm, x), cos, sin)
-            cache.write(li, block, offset, k, v)
-            o = paged_decode_attention(q.view(n, self.num_kv, self.group, self.head_dim), cache.k[li], cache.v[li],
-                                       plan, self.scale, cache.k_tokens[li], cache.v_tokens[li])
+            cache.write_slots(li, slot, k, v)
+            o = attend(li, q.view(n, self.num_kv, self.group, self.head_dim))
             x = x + attn.o_proj(o.reshape(n, -1))
             x = x + layer.mlp(_norm(layer.post_attention_layernorm, x))
         return self._logits(x)

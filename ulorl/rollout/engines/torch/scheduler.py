@@ -39,6 +39,7 @@ import torch
 from ulorl.rollout.engines.base import GenerationOutput, SamplingParams
 from ulorl.rollout.engines.torch.attention import build_decode_plan
 from ulorl.rollout.engines.torch.block_manager import BlockManager
+from ulorl.rollout.engines.torch.graph_decoder import TableDecoder
 from ulorl.rollout.engines.torch.kv_cache import PagedKVCache
 from ulorl.rollout.engines.torch.runner import ModelRunner
 from ulorl.rollout.engines.torch.sampler import row_uniforms, sample_tokens
@@ -56,11 +57,14 @@ class Scheduler:
 
     def __init__(self, runner: ModelRunner, cache: PagedKVCache, blocks: BlockManager, stats, prefixes: list[list[int]],
                  max_new: int, params: SamplingParams, seed: int, eos_ids: list[int], max_batch: int,
-                 prefill_tokens: int, progress: Callable[[int], None] | None = None, run_min_blocks: int = 0) -> None:
+                 prefill_tokens: int, progress: Callable[[int], None] | None = None, run_min_blocks: int = 0,
+                 table: TableDecoder | None = None) -> None:
         self.runner, self.cache, self.blocks, self.stats = runner, cache, blocks, stats
         self.params, self.seed, self.eos = params, seed, set(eos_ids)
         self.max_batch, self.prefill_tokens, self.progress = max_batch, prefill_tokens, progress
         self.run_min_blocks = run_min_blocks  # a fresh prefill's consecutive full blocks read as one view (0: never)
+        self.table = table  # fixed-shape decode over block tables (CUDA graphs); None: the split-K plan
+        self.capacity_blocks = blocks.blocks_for(max((len(p) for p in prefixes), default=0) + max_new)
         self.seqs = [Sequence(i, list(p), max_new) for i, p in enumerate(prefixes)]
         self.waiting: deque[Sequence] = deque(self.seqs)
         self.running: list[Sequence] = []
@@ -114,6 +118,24 @@ class Scheduler:
         for s in self.running:
             if s.cached // bs == len(s.blocks):
                 s.blocks += self.blocks.allocate(1, s.index)
+        if self.table is not None:
+            logits = self.table.decode([s.tokens[-1] for s in self.running], [s.cached for s in self.running],
+                                       [s.blocks for s in self.running], self.capacity_blocks)
+        else:
+            logits = self._decode_split_k()
+        for s in self.running:
+            s.cached += 1
+        st = self.stats
+        st.decode_iterations += 1
+        st.decode_slots += len(self.running)
+        if self.blocks.num_used > st.extra.get("peak_blocks", 0):  # the pool's peak, and the tokens alive then
+            st.extra["peak_blocks"] = self.blocks.num_used
+            st.extra["live_tokens_at_peak"] = sum(s.cached for s in self.running)
+        return logits
+
+    def _decode_split_k(self) -> torch.Tensor:
+        """The step through the split-K plan (`attention.py`): compaction first when holes fill the pool."""
+        bs = self.blocks.block_size
         hw = self.blocks.high_water
         used = self.blocks.num_used - sum(s.run for s in self.running)  # the blocks of runs are at the top
         if hw - used >= COMPACT_MIN_HOLES and used < COMPACT_BELOW * hw and \
@@ -132,16 +154,7 @@ class Scheduler:
         plan = build_decode_plan(n, owner_row, last_block, pos % bs + 1, bs, self.cache.shape.dtype,
                                  shared_rows, shared_blocks, runs, run_blocks)
         tokens = torch.tensor([s.tokens[-1] for s in self.running], device=dev)
-        logits = self.runner.decode(self.cache, tokens, pos, last_block, plan)
-        for s in self.running:
-            s.cached += 1
-        st = self.stats
-        st.decode_iterations += 1
-        st.decode_slots += n
-        if self.blocks.num_used > st.extra.get("peak_blocks", 0):  # the pool's peak, and the tokens alive then
-            st.extra["peak_blocks"] = self.blocks.num_used
-            st.extra["live_tokens_at_peak"] = sum(s.cached for s in self.running)
-        return logits
+        return self.runner.decode(self.cache, tokens, pos, last_block, plan)
 
     def _shared(self) -> tuple[torch.Tensor, torch.Tensor]:
         """(row, block) pairs of shared blocks (cached while the running rows are unchanged)."""

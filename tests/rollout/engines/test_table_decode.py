@@ -1,0 +1,125 @@
+"""Fixed-shape decode over block tables (`table_attention.py`, `graph_decoder.py`): the CUDA-graph path, run on CPU.
+
+References: a per-row loop of softmax attention over each row's own context (the attention), and the split-K
+engine (`attention.py`, the CPU default) for whole generations: same tokens, log-probs within float32 rounding.
+`emulate` mode keeps each captured step's output tensor and recomputes into it on replay, as a CUDA graph does,
+so the static buffers and padding rows are exercised here; the CUDA capture itself runs in
+`benchmarks/gpu_paged_check.py`.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from ulorl.config import ConfigError
+from ulorl.config.rollout import TorchEngineConfig
+from ulorl.rollout.engines import SamplingParams, TorchEngine
+from ulorl.rollout.engines.torch.graph_decoder import GraphMode, batch_buckets, bucket, width_bucket
+from ulorl.rollout.engines.torch.table_attention import table_backend
+
+from tests.rollout.engines.test_paged_cache import _gib, fresh, shaken  # noqa: F401 (fixtures)
+from tests.rollout.engines.test_torch import _learner_logprobs, _prefixes
+
+
+def _loop_attention(q, k_tok, v_tok, tables, ctx, bs, scale):
+    """Row by row: gather the row's first ctx tokens through its table, softmax(q k^T) v per head."""
+    out = torch.empty_like(q)
+    for b, (t, n) in enumerate(zip(tables, ctx)):
+        slots = torch.tensor([blk * bs + o for blk in t for o in range(bs)])[:n]
+        k, v = k_tok[:, slots], v_tok[:, slots]  # (H_kv, n, D)
+        w = torch.softmax(torch.einsum("hgd,hnd->hgn", q[b], k) * scale, dim=-1)
+        out[b] = torch.einsum("hgn,hnd->hgd", w, v)
+    return out
+
+
+@pytest.mark.parametrize("name", ["gather", "flex"])
+def test_table_attention_equals_a_per_row_loop(name):
+    torch.manual_seed(0)
+    h_kv, g, d, bs, nb = 2, 3, 8, 4, 12  # G = 3: not a power of two (flex decoding's own GQA needs one)
+    k_tok, v_tok = torch.randn(h_kv, (nb + 1) * bs, d), torch.randn(h_kv, (nb + 1) * bs, d)
+    scratch = nb
+    # row 0 and row 1 share block 3 (a shared prompt block); row 2 ends exactly at a block boundary;
+    # row 3 is a padding row (the scratch block, one position)
+    tables = [[3, 7, 1], [3, 5], [9, 2, 11, 4], [scratch]]
+    ctx = [10, 6, 16, 1]
+    width = 4
+    table = torch.full((4, width), scratch, dtype=torch.long)
+    for i, t in enumerate(tables):
+        table[i, : len(t)] = torch.tensor(t)
+    q = torch.randn(4, h_kv, g, d)
+    backend = table_backend(name)
+    step = backend.prepare(table, torch.tensor(ctx), bs, nb + 1, g)
+    got = backend.attend(q, k_tok, v_tok, step, 0.3)
+    want = _loop_attention(q, k_tok, v_tok, tables, ctx, bs, 0.3)
+    assert torch.allclose(got, want, atol=1e-5, rtol=0), (got - want).abs().max()
+
+
+def test_buckets_by_hand():
+    assert batch_buckets(256)[:7] == [1, 2, 4, 8, 16, 32, 48] and batch_buckets(256)[-1] == 256
+    assert batch_buckets(5) == [1, 2, 4, 5]  # max_batch itself is always a bucket
+    assert batch_buckets(1) == [1]
+    assert [bucket(n, [1, 2, 4, 5]) for n in (1, 2, 3, 5)] == [1, 2, 4, 5]
+    with pytest.raises(ValueError, match="exceed"):
+        bucket(6, [1, 2, 4, 5])
+    assert [width_bucket(b) for b in (1, 2, 3, 4, 5, 17, 64)] == [1, 2, 4, 4, 8, 32, 64]
+
+
+def _engine(model, eos, mode: str, graphs: GraphMode, **kw) -> TorchEngine:
+    eng = TorchEngine(model, eos, decode_attention=mode, **kw)
+    eng.graph_mode = graphs  # CUDA graphs are CUDA-only; emulate runs the same bookkeeping on CPU
+    return eng
+
+
+@pytest.mark.parametrize("mode,graphs", [("gather", GraphMode.OFF), ("gather", GraphMode.EMULATE),
+                                         ("flex", GraphMode.EMULATE)])
+def test_table_decode_gives_the_split_k_output(shaken, mode, graphs):
+    """9 prompts through 4 rows (batch buckets 1-4 and growing table widths are all met): the tokens of the split-K
+    engine, and log-probs equal up to float32 rounding (amplified by the shaken weights, as for preemption)."""
+    eos = list(range(400, 450))  # rows end at different steps
+    prefixes = _prefixes(9)
+    params = SamplingParams(temperature=0.7)
+    kw = dict(max_batch=4, block_size=4, kv_cache_gib=_gib(64, 4))  # a small pool: flex's eager path reads it all
+    ref = TorchEngine(shaken, eos, **kw).generate(prefixes, 30, params, seed=1)
+    eng = _engine(shaken, eos, mode, graphs, **kw)
+    out = eng.generate(prefixes, 30, params, seed=1)
+    assert len({len(o.tokens) for o in ref}) > 2
+    assert [o.tokens for o in out] == [o.tokens for o in ref]
+    assert [o.eos for o in out] == [o.eos for o in ref]
+    for x, y in zip(out, ref):
+        assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4, rtol=0)
+    if graphs is GraphMode.EMULATE:
+        assert eng.table.replays > 20 and len(eng.table.graphs) >= 1  # steps replayed from captured shapes
+
+
+@pytest.mark.parametrize("mode", ["gather", "flex"])
+def test_table_decode_logprobs_equal_the_learner_with_preemption_and_continuation(fresh, mode):
+    """The float32 contract (1e-5 against the learner) on the fixed-shape path, with emulated graph replay, a pool
+    small enough that rows are preempted, and a second segment continuing every unfinished row."""
+    tok, model = fresh
+    eng = _engine(model, [tok.eos_token_id], mode, GraphMode.EMULATE, max_batch=4, block_size=4,
+                  kv_cache_gib=_gib(20, 4))  # 80 tokens for rows of up to 25 + 2 x 12
+    params = SamplingParams(temperature=0.7, top_k=20)
+    prefixes = _prefixes(6)
+    first = eng.generate(prefixes, 12, params, seed=3)
+    cont = [p + o.tokens for p, o in zip(prefixes, first) if not o.eos]
+    second = iter(eng.generate(cont, 12, params, seed=4))
+    assert eng.stats.extra.get("preemptions", 0) > 0
+    for p, o in zip(prefixes, first):
+        segs = [(o.tokens, o.logprobs)]
+        if not o.eos:
+            o2 = next(second)
+            segs.append((o2.tokens, o2.logprobs))
+        learner, engine = _learner_logprobs(model, tok, p, segs)
+        assert torch.allclose(learner, engine, atol=1e-5, rtol=0), (learner - engine).abs().max()
+    assert eng.blocks.num_free == eng.blocks.num_blocks
+
+
+def test_decode_attention_is_validated(fresh):
+    with pytest.raises(ConfigError, match="rollout.torch.decode_attention='paged'.*split_k"):
+        TorchEngineConfig(decode_attention="paged")
+    with pytest.raises(ConfigError, match="rollout.torch.block_size"):
+        TorchEngineConfig(block_size=0)
+    with pytest.raises(ConfigError, match="decode_attention"):
+        TorchEngine(fresh[1], [0], decode_attention="paged")
+    assert TorchEngine(fresh[1], [0]).decode_attention.value == "split_k"  # auto on CPU

@@ -1,0 +1,156 @@
+"""Fixed-shape decode steps, captured once per shape as CUDA graphs and replayed (as vLLM and nano-vllm do).
+
+On CUDA a small model's decode step is bound by kernel launches and Python, not by the GPU: every layer
+launches a dozen kernels from Python. A CUDA graph records a step's kernels once and replays them with one
+launch. A graph fixes every tensor's shape and address, so a step is padded to a bucket:
+
+- rows: `n` live rows are padded to the next batch bucket (1, 2, 4, 8, then multiples of 16 up to the
+  engine's `max_batch`); a padding row feeds token 0 at position 0, writes its K/V into the pool's scratch
+  block (`kv_cache.py`, never handed out) and attends over that one position;
+- block tables: padded to a width bucket (a power of two of blocks), with the scratch block; the backend
+  (`table_attention.py`) masks each row at its own context length.
+
+Inputs go into static buffers (one host-to-device copy per tensor per step), the graph of the step's
+(rows, width) is replayed, and the logits are read from its static output. A graph is captured the first
+time its shape is met: the step is run once eagerly with the real inputs (its K/V writes are the step's own,
+so replaying it writes the same values again), then captured; all graphs share one memory pool.
+
+Modes: `cuda` (capture and replay), `off` (the same padded step run eagerly: CPU, or CUDA without graphs),
+`emulate` (CPU tests: "capture" keeps the step function and its output tensor, "replay" recomputes into that
+tensor, so the static-buffer plumbing is tested where no GPU is).
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+import numpy as np
+import torch
+
+from ulorl.errors import check_choice
+
+
+class GraphMode(str, Enum):
+    CUDA = "cuda"
+    OFF = "off"
+    EMULATE = "emulate"
+
+
+def batch_buckets(max_batch: int) -> list[int]:
+    """The padded batch sizes: 1, 2, 4, 8, 16, 32, 48, ... up to `max_batch` (always included)."""
+    sizes = [b for b in (1, 2, 4, 8) if b < max_batch] + list(range(16, max_batch, 16))
+    return sorted(set(sizes + [max_batch]))
+
+
+def bucket(n: int, sizes: list[int]) -> int:
+    """The smallest of `sizes` (ascending) that holds `n`."""
+    for b in sizes:
+        if b >= n:
+            return b
+    raise ValueError(f"{n} rows exceed the largest batch bucket {sizes[-1]}")
+
+
+def width_bucket(blocks: int) -> int:
+    """Table width for a row of `blocks` blocks: the next power of two."""
+    return 1 << max(blocks - 1, 0).bit_length()
+
+
+class TableDecoder:
+    """Decode steps over block tables, padded to buckets, replayed from CUDA graphs in `cuda` mode."""
+
+    def __init__(self, runner, cache, backend, max_batch: int, mode: str = GraphMode.OFF.value) -> None:
+        check_choice("graph mode", mode, GraphMode)
+        self.runner, self.cache, self.backend = runner, cache, backend
+        self.mode = GraphMode(mode)
+        self.buckets = batch_buckets(max_batch)
+        self.graphs: dict[tuple[int, int], tuple[object, torch.Tensor]] = {}  # (rows, width) -> (replay, logits)
+        self.pool = None  # the graphs' shared memory pool (cuda)
+        self.replays = 0  # steps run from a captured graph
+        self._width = 0  # static buffers' table width (grows; graphs are dropped when it does)
+        self._alloc(self.buckets[-1], 1)
+
+    def _alloc(self, rows: int, width: int) -> None:
+        dev = self.cache.device
+        self.tokens = torch.zeros(rows, dtype=torch.long, device=dev)
+        self.pos = torch.zeros(rows, dtype=torch.long, device=dev)
+        self.slot = torch.zeros(rows, dtype=torch.long, device=dev)
+        self.ctx = torch.ones(rows, dtype=torch.long, device=dev)
+        self.table = torch.full((rows, width), self.cache.scratch, dtype=torch.long, device=dev)
+        # the host copy of the tables, rewritten only for rows whose block list changed since the last step
+        self._host = np.full((rows, width), self.cache.scratch, dtype=np.int64)
+        # (the row's block list, its length) as last written: the list is held, so it cannot be a new list at a
+        # recycled address; the scheduler only appends to a block list or replaces it
+        self._host_rows: list[tuple[list[int] | None, int]] = [(None, 0)] * rows
+        self._width = width
+        self.graphs.clear()
+
+    def width_for(self, max_blocks: int, capacity_blocks: int) -> int:
+        """The step's table width: the longest row's blocks, bucketed; for a backend whose cost does not grow
+        with the width (`fixed_width`), the call's capacity, so one graph per batch bucket serves the call."""
+        return width_bucket(capacity_blocks if self.backend.fixed_width else max_blocks)
+
+    def decode(self, tokens: list[int], pos: list[int], tables: list[list[int]], capacity_blocks: int
+               ) -> torch.Tensor:
+        """One step for `n` rows: `tokens[i]` at position `pos[i]` (its K/V written there), attending over blocks
+        `tables[i]` (enough for `pos[i] + 1` tokens) -> next-token logits `(n, V)`."""
+        n, bs, scratch = len(tokens), self.cache.block_size, self.cache.scratch
+        rows = bucket(n, self.buckets)
+        width = self.width_for(max(len(t) for t in tables), capacity_blocks)
+        if width > self._width:
+            self._alloc(self.buckets[-1], width)
+        host = self._host
+        for i, t in enumerate(tables):
+            held, length = self._host_rows[i]
+            if held is not t or length != len(t):
+                host[i, : len(t)] = t
+                host[i, len(t):] = scratch
+                self._host_rows[i] = (t, len(t))
+        for i in range(n, rows):
+            if self._host_rows[i][0] is not None:
+                host[i] = scratch
+                self._host_rows[i] = (None, 0)
+        table = torch.from_numpy(host[:rows, :width])
+        p = torch.tensor(pos + [0] * (rows - n), dtype=torch.long)
+        last = table[torch.arange(rows), p // bs]  # padding rows: the scratch block
+        self.tokens[:rows].copy_(torch.tensor(tokens + [0] * (rows - n), dtype=torch.long))
+        self.pos[:rows].copy_(p)
+        self.slot[:rows].copy_(last * bs + p % bs)
+        self.ctx[:rows].copy_(p + 1)
+        self.table[:rows, :width].copy_(table)
+        return self._run(rows, width)[:n]
+
+    def _step(self, rows: int, width: int):
+        def step() -> torch.Tensor:
+            return self.runner.decode_table(self.cache, self.tokens[:rows], self.pos[:rows], self.slot[:rows],
+                                            self.table[:rows, :width], self.ctx[:rows], self.backend)
+        return step
+
+    def _run(self, rows: int, width: int) -> torch.Tensor:
+        step = self._step(rows, width)
+        if self.mode is GraphMode.OFF:
+            return step()
+        key = (rows, width)
+        if key not in self.graphs:
+            self.graphs[key] = self._capture(step)
+            return self.graphs[key][1]  # captured from this step's inputs: already its result
+        replay, out = self.graphs[key]
+        replay()
+        self.replays += 1
+        return out
+
+    def _capture(self, step) -> tuple[object, torch.Tensor]:
+        if self.mode is GraphMode.EMULATE:
+            out = step()
+            return (lambda: out.copy_(step())), out
+        side = torch.cuda.Stream(self.cache.device)  # warm-up on a side stream, as torch's CUDA-graph docs ask:
+        side.wait_stream(torch.cuda.current_stream(self.cache.device))  # kernels compile, workspaces are made
+        with torch.cuda.stream(side):
+            step()
+        torch.cuda.current_stream(self.cache.device).wait_stream(side)
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, pool=self.pool):
+            out = step()
+        if self.pool is None:
+            self.pool = graph.pool()
+        graph.replay()  # capture records only: run it so `out` holds this step's logits
+        return graph.replay, out

@@ -1,0 +1,118 @@
+"""Decode attention over padded block tables: fixed shapes, no host synchronisation (the CUDA-graph path).
+
+The split-K call of `attention.py` sizes its work by the pool's high-water mark and its lists of shared blocks
+and runs, which change every step: the right shape for CPU, where it was measured fastest, and the wrong one
+for a captured CUDA graph, whose every tensor must keep its shape and address. Here a step is described by
+
+- `table` `(B, W)` long: row b's blocks in order, padded (with the pool's scratch block) to the width W;
+- `ctx` `(B,)` long: row b's context length, this step's token included (>= 1).
+
+and a backend turns that into each row's attention over its own blocks. Two backends, keyed by `TableBackend`:
+
+- `flex`: `torch.nn.attention.flex_attention` over the pool as one key/value sequence, with a `BlockMask`
+  whose KV indices are the rows' physical blocks (as torch's experimental `PagedAttention` does); its
+  `mask_mod` maps a physical position back to the row's logical position. Compiled (Triton) on CUDA it
+  reads each row's blocks in place, no copy; eager (CPU, tests) it is a reference that materialises the
+  scores over the whole pool. GQA: a KV head's G query heads are passed as G query positions of that head,
+  so K/V are never repeated and G need not be a power of two (flex decoding's GQA requires one; the
+  Qwen2.5-0.5B shape has G = 7).
+- `gather`: the rows' blocks copied into `(H_kv, B, W x block_size, D)`, then matmul-softmax-matmul in
+  float32 with a length mask. Any device, no compiler; it reads each row's table width, so callers bucket W
+  to the batch's longest row.
+
+Both take `prepare(table, ctx, block_size, num_blocks, q_len)` once per step (shared by all layers) and `attend(q, ...)` per layer.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import Enum
+
+import torch
+
+from ulorl.errors import check_choice
+
+
+class TableBackend(str, Enum):
+    """`rollout.torch.decode_attention` values that decode over block tables (`split_k` is `attention.py`)."""
+
+    FLEX = "flex"
+    GATHER = "gather"
+
+
+@dataclass
+class TableStep:
+    """What every layer of one decode step shares: the tables and whatever the backend derived from them."""
+
+    table: torch.Tensor  # (B, W) long
+    ctx: torch.Tensor  # (B,) long
+    extra: object = None  # backend-specific (a BlockMask, or gather indices and mask)
+
+
+class GatherAttention:
+    """Copy each row's blocks, then attend with a length mask (device-generic)."""
+
+    fixed_width = False  # reads all W blocks of every row: W is bucketed to the longest row
+
+    def prepare(self, table: torch.Tensor, ctx: torch.Tensor, block_size: int, num_blocks: int, q_len: int
+                ) -> TableStep:
+        b, w = table.shape
+        slots = (table[:, :, None] * block_size + torch.arange(block_size, device=table.device)).reshape(b, w * block_size)
+        pos = torch.arange(w * block_size, device=table.device)
+        mask = torch.zeros((b, w * block_size), dtype=torch.float32, device=table.device)
+        mask.masked_fill_(pos[None, :] >= ctx[:, None], float("-inf"))
+        return TableStep(table, ctx, (slots, mask))
+
+    def attend(self, q: torch.Tensor, k_tokens: torch.Tensor, v_tokens: torch.Tensor, step: TableStep,
+               scale: float) -> torch.Tensor:
+        """q `(B, H_kv, G, D)`, k_tokens/v_tokens `(H_kv, num_blocks x block_size, D)` -> `(B, H_kv, G, D)`."""
+        slots, mask = step.extra
+        k, v = k_tokens[:, slots], v_tokens[:, slots]  # (H_kv, B, S, D)
+        qh = q.transpose(0, 1)  # (H_kv, B, G, D)
+        s = torch.matmul(qh, k.transpose(-1, -2)).float() * scale + mask[None, :, None, :]
+        p = torch.softmax(s, dim=-1).to(v.dtype)
+        return torch.matmul(p, v).transpose(0, 1)
+
+
+class FlexAttention:
+    """flex_attention over the whole pool with a per-row block mask (compiled on CUDA, eager elsewhere)."""
+
+    fixed_width = True  # the kernel loops over each row's own block count; W only sizes the index tensor
+
+    def __init__(self, compiled: bool) -> None:
+        from torch.nn.attention.flex_attention import flex_attention
+
+        self.flex = torch.compile(flex_attention, dynamic=False) if compiled else flex_attention
+
+    def prepare(self, table: torch.Tensor, ctx: torch.Tensor, block_size: int, num_blocks: int, q_len: int
+                ) -> TableStep:
+        from torch.nn.attention.flex_attention import BlockMask
+
+        b, w = table.shape
+        nblk = torch.div(ctx + block_size - 1, block_size, rounding_mode="floor")  # (B,)
+        col = torch.arange(w, device=table.device)
+        logical = torch.where(col[None, :] < nblk[:, None], col[None, :], -1)  # (B, W): -1 on padding
+        # physical block -> logical block of row b (-1: not the row's); the scratch block may repeat in a row's
+        # padding, and amax keeps its one live entry (a padding row's block 0)
+        p2l = torch.full((b, num_blocks), -1, dtype=torch.long, device=table.device)
+        p2l = p2l.scatter_reduce(1, table, logical, "amax")
+
+        def mask_mod(bi, h, q_idx, kv_idx):
+            lb = p2l[bi, kv_idx // block_size]
+            return (lb >= 0) & (lb * block_size + kv_idx % block_size < ctx[bi])
+
+        mask = BlockMask.from_kv_blocks(nblk.to(torch.int32)[:, None, None], table.to(torch.int32)[:, None, None, :],
+                                        BLOCK_SIZE=(128, block_size), mask_mod=mask_mod,
+                                        seq_lengths=(q_len, num_blocks * block_size), compute_q_blocks=False)
+        return TableStep(table, ctx, mask)
+
+    def attend(self, q: torch.Tensor, k_tokens: torch.Tensor, v_tokens: torch.Tensor, step: TableStep,
+               scale: float) -> torch.Tensor:
+        """q `(B, H_kv, G, D)`: the G query heads of a KV head are its G query positions -> `(B, H_kv, G, D)`."""
+        return self.flex(q, k_tokens[None], v_tokens[None], block_mask=step.extra, scale=scale)
+
+
+def table_backend(name: str, compiled: bool = False):
+    """The backend `name` (a `TableBackend` value); `compiled`: torch.compile where the backend has a kernel."""
+    check_choice("rollout.torch.decode_attention", name, TableBackend)
+    return FlexAttention(compiled) if TableBackend(name) is TableBackend.FLEX else GatherAttention()
