@@ -19,7 +19,8 @@
 # LEARNER_DEVICE (default: DEVICE, colocated; cuda:1 on a machine with two GPUs), into $OUT/run_overlap.
 # Then (5.) configs/smollm2_math.yaml for SMOLLM2_STEPS steps on DEVICE when its model and data packages are here,
 # and (6.) one 32k (and 64k) sample of the Qwen2.5-0.5B shape through the learner, peak memory against `ulorl plan`.
-# (7.) the paged torch engine's figures: decode against the bandwidth floor, 128 rows at 16k, segment rollout M=1-8.
+# (7.) the paged torch engine's figures: its decode paths side by side (flex / gather with CUDA graphs, flex eager,
+# split-K), decode against the bandwidth floor, 128 rows at 16k, segment rollout M=1-8.
 # Results: $OUT/gpu_engine_check.json, $OUT/run/metrics.jsonl, $OUT/gpu_check.json; copy the printed tables into
 # docs/scale.md.
 set -euo pipefail
@@ -250,8 +251,9 @@ if (out / "gpu_learner_long.json").exists():
 EOF
 fi
 # -- 7. the paged torch engine's figures (issue 26) -------------------------------------------------------------
-# benchmarks/gpu_paged_check.py: device bandwidth; decode ms/iteration of the Qwen2.5-0.5B shape (random bf16
-# weights) at 64 and 256 rows x 2k/8k/32k contexts next to the bandwidth floor; a Qwen3-1.7B-shaped batch of 128
+# benchmarks/gpu_paged_check.py: device bandwidth; the engine's decode paths at 256 rows x 8k (flex and gather with
+# CUDA graphs, flex eager, split-K; the rest runs on the fastest); decode ms/iteration of the Qwen2.5-0.5B shape
+# (random bf16 weights) at 64 and 256 rows x 2k/8k/32k contexts next to the bandwidth floor; a Qwen3-1.7B-shaped batch of 128
 # rows at 16k (long tail) in the pool that slots need for 25 rows; segment rollout M = 1, 4, 2, 8 on 32 groups x 8
 # (L = 16k, mean length L/8), trained samples/s. Parts start within PAGED_BUDGET seconds (default 240; the JSON
 # is rewritten after each part, and PAGED_TIMEOUT, default 330 s, ends it). Into $OUT/gpu_check.json

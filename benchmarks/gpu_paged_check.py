@@ -8,7 +8,11 @@ time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
    `block_table`; flex attention and the experimental `PagedAttention` present or not), and one decode layer of
    256 rows x 8k through `varlen_attn` over shuffled 256-token pages against SDPA over contiguous K/V.
 1. `bandwidth`: the device's read bandwidth, `sum` over a 4 GiB bfloat16 tensor (median of 5).
-2. `decode`: the Qwen2.5-0.5B shape (24 layers, hidden 896, 14 heads, 2 KV heads), 64 and 256 rows at contexts
+2. `decode_paths`: one decode point (256 rows x 8k) through every decode path of the torch engine, side by side
+   (`VARIANTS`: flex_attention and the gather, with CUDA graphs; flex without; the split-K plan of the CPU), so the
+   default (`rollout.torch.decode_attention=auto`: flex with graphs on CUDA) is chosen on a measurement; the
+   decode table and parts 3-4 run on the fastest path that ran (`decode_attention_used`).
+   `decode`: the Qwen2.5-0.5B shape (24 layers, hidden 896, 14 heads, 2 KV heads), 64 and 256 rows at contexts
    of 2k, 8k and 32k: ms per decode iteration (sampling included; rows set up in the pool directly, not
    prefilled), next to the floor (weight bytes + KV bytes read) / bandwidth. Target: <= 2x the floor at 256
    rows. A combination whose KV does not fit in 80% of the free memory is skipped (and says so).
@@ -167,24 +171,33 @@ def attention_paths(dev: torch.device, rows: int, ctx: int, page: int = 256) -> 
     return out
 
 
-def engine_for(model, kv_gib: float, max_batch: int):
+ATTENTION = "auto"  # --decode-attention: the engine's decode path for parts 3 and 4
+# part 2's side-by-side at one point: every decode path, with and without CUDA graphs
+VARIANTS = [("flex", True), ("gather", True), ("flex", False), ("split_k", False)]
+
+
+def engine_for(model, kv_gib: float, max_batch: int, attention: str | None = None, graphs: bool = True):
     from ulorl.rollout.engines.torch import TorchEngine
 
     eos = model.config.vocab_size - 1
-    return TorchEngine(model, [eos], max_batch=max_batch, kv_cache_gib=kv_gib), eos
+    return TorchEngine(model, [eos], max_batch=max_batch, kv_cache_gib=kv_gib, decode_attention=attention or ATTENTION,
+                       cuda_graphs=graphs), eos
 
 
-def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int) -> dict:
-    """ms per decode iteration of `rows` rows whose contexts are `ctx` tokens (set up in the pool, not prefilled)."""
+def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int, attention: str | None = None,
+              graphs: bool = True) -> dict:
+    """ms per decode iteration of `rows` rows whose contexts are `ctx` tokens (set up in the pool, not prefilled)
+    through the decode path `attention` (the engine's default when None); the first 2 iterations (compilation,
+    graph capture) are not timed."""
     from ulorl.rollout.engines import SamplingParams
 
     bpt = model.config.num_hidden_layers * 2 * model.config.num_key_value_heads * \
         getattr(model.config, "head_dim", model.config.hidden_size // model.config.num_attention_heads) * 2
     tokens = rows * (ctx + iters + 64)
-    eng, eos = engine_for(model, tokens * bpt / GIB * 1.02 + 0.01, rows)
+    eng, eos = engine_for(model, tokens * bpt / GIB * 1.02 + 0.01, rows, attention, graphs)
     cache, blocks = eng._pool_for(ctx + iters + 1)
     sched = eng.scheduler_cls(eng.runner, cache, blocks, eng.stats, [[1] * ctx for _ in range(rows)], iters + 8,
-                              SamplingParams(temperature=1.0), 0, [eos], rows, 1, None)
+                              SamplingParams(temperature=1.0), 0, [eos], rows, 1, None, 0, eng.table)
     for s in list(sched.waiting):
         s.blocks = blocks.allocate(blocks.blocks_for(ctx), s.index)
         s.cached, s.tokens, s.logprobs = ctx, [1], [0.0]
@@ -200,8 +213,28 @@ def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int) -> dict
     ms = (time.perf_counter() - t0) / iters * 1000
     mean_ctx = ctx + 2 + iters / 2
     kv_read = rows * mean_ctx * bpt
+    path = {"decode_attention": eng.decode_attention.value, "graphs": eng.graph_mode.value,
+            "block_size": eng.block_size, "graphs_captured": len(eng.table.graphs) if eng.table else 0}
     del sched, eng, cache, blocks
-    return {"rows": rows, "context": ctx, "ms_per_iteration": ms, "kv_bytes_read": kv_read}
+    return {"rows": rows, "context": ctx, "ms_per_iteration": ms, "kv_bytes_read": kv_read, **path}
+
+
+def decode_variants(model, dev: torch.device, rows: int, ctx: int, iters: int, floor) -> list[dict]:
+    """`decode_ms` through every path of `VARIANTS`; a path that fails here (a compiler, a kernel) is recorded."""
+    out = []
+    for attention, graphs in VARIANTS:
+        try:
+            r = decode_ms(model, dev, rows, ctx, iters, attention, graphs)
+            r["over_floor"] = r["ms_per_iteration"] / floor(r)
+        except Exception as e:  # a finding, not a failure of the check
+            r = {"rows": rows, "context": ctx, "decode_attention": attention, "graphs": graphs,
+                 "error": f"{type(e).__name__}: {str(e)[:400]}"}
+        out.append(r)
+        print(f"decode path {attention} graphs={graphs} {rows} x {ctx}: "
+              f"{r.get('ms_per_iteration', r.get('error'))}", file=sys.stderr, flush=True)
+        if dev.type == "cuda":
+            torch.cuda.empty_cache()
+    return out
 
 
 def free_bytes(dev: torch.device) -> int:
@@ -271,7 +304,11 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="tiny shapes: a dry run of the script (CPU)")
     p.add_argument("--budget-s", type=float, default=300.0)
     p.add_argument("--out", default=None)
+    p.add_argument("--decode-attention", default="auto", help="the engine's decode path for the decode table and "
+                   "parts 3-4: auto (the fastest of decode_paths) | flex | gather | split_k")
     args = p.parse_args()
+    global ATTENTION
+    ATTENTION = args.decode_attention
     dev = torch.device(args.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
         raise SystemExit("gpu_paged_check: torch sees no CUDA device (use --device cpu --quick for a dry run)")
@@ -298,6 +335,14 @@ def main() -> int:
 
     small = build_model(shapes["qwen2.5-0.5b"], dev, torch.bfloat16)
     wb = weight_bytes(small)
+    floor = lambda r: (wb + r["kv_bytes_read"]) / bw["bytes_per_s"] * 1000  # noqa: E731
+    res["decode_paths"] = paths = decode_variants(small, dev, 4 if q else 256, 256 if q else 8192, 4 if q else 10,
+                                                  floor)
+    ok = [r for r in paths if "ms_per_iteration" in r]
+    if ATTENTION == "auto" and ok:  # the rest of the check runs on the fastest path that ran here (recorded)
+        ATTENTION = min(ok, key=lambda r: r["ms_per_iteration"])["decode_attention"]
+    res["decode_attention_used"] = ATTENTION
+    save()
     res["decode"] = []
     for rows in ((4, 8) if q else (64, 256)):
         for ctx in ((64, 256) if q else (2048, 8192, 32768)):
@@ -308,8 +353,12 @@ def main() -> int:
             if left() < 0:
                 res["skipped"].append(f"decode {rows} x {ctx}: budget")
                 continue
-            r = decode_ms(small, dev, rows, ctx, 4 if q else 20)
-            r["floor_ms"] = (wb + r["kv_bytes_read"]) / bw["bytes_per_s"] * 1000
+            try:
+                r = decode_ms(small, dev, rows, ctx, 4 if q else 20)
+            except Exception as e:  # recorded; the parts after this one still run
+                res["skipped"].append(f"decode {rows} x {ctx}: {type(e).__name__}: {str(e)[:300]}")
+                continue
+            r["floor_ms"] = floor(r)
             r["over_floor"] = r["ms_per_iteration"] / r["floor_ms"]
             res["decode"].append(r)
             print(f"decode {rows} x {ctx}: {r['ms_per_iteration']:.2f} ms/iteration, floor {r['floor_ms']:.2f} ms "
@@ -320,11 +369,15 @@ def main() -> int:
 
     if left() > 0:
         big = build_model(shapes["qwen3-1.7b"], dev, torch.bfloat16)
-        res["slots_vs_paged"] = r = slots_vs_paged(big, dev, 8 if q else 128, 256 if q else 16384,
-                                                   64 if q else 4096, 32 if q else 2048, 2 if q else 25)
-        print(f"128 rows at 16k: peak KV {r['peak_kv_gib']:.2f} GiB in a pool of {r['pool_gib']:.2f} GiB (slots for "
-              f"{r['slot_rows_of_pool']} rows; all rows in slots: {r['slots_needed_gib']:.1f} GiB), "
-              f"{r['preemptions']} preemptions", file=sys.stderr, flush=True)
+        try:
+            res["slots_vs_paged"] = r = slots_vs_paged(big, dev, 8 if q else 128, 256 if q else 16384,
+                                                       64 if q else 4096, 32 if q else 2048, 2 if q else 25)
+        except Exception as e:  # recorded; segment rollout still runs
+            r = res["slots_vs_paged"] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+        if "error" not in r:
+                print(f"128 rows at 16k: peak KV {r['peak_kv_gib']:.2f} GiB in a pool of {r['pool_gib']:.2f} GiB (slots "
+                  f"for {r['slot_rows_of_pool']} rows; all rows in slots: {r['slots_needed_gib']:.1f} GiB), "
+                  f"{r['preemptions']} preemptions", file=sys.stderr, flush=True)
         save()
         del big
         if dev.type == "cuda":
@@ -337,14 +390,19 @@ def main() -> int:
         if left() < 0:
             res["skipped"].append(f"segment_rollout M={m}: budget")
             continue
-        r = segment_rollout(small, dev, m, 256 if q else 16384, 2 if q else 32, 16 if q else 256)
+        try:
+            r = segment_rollout(small, dev, m, 256 if q else 16384, 2 if q else 32, 16 if q else 256)
+        except Exception as e:
+            res["segment_rollout"][str(m)] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+            save()
+            continue
         res["segment_rollout"][str(m)] = r
         save()
         print(f"segment rollout M={m}: {r['samples_per_s']:.2f} samples/s, {r['decoded_tokens_per_s']:.0f} tokens/s",
               file=sys.stderr, flush=True)
     sr = res["segment_rollout"]
     for m in ("2", "4", "8"):
-        if m in sr and "1" in sr:
+        if "samples_per_s" in sr.get(m, {}) and "samples_per_s" in sr.get("1", {}):
             sr[f"speedup_M{m}"] = sr[m]["samples_per_s"] / sr["1"]["samples_per_s"]
     res["machine"] = machine()
     res["elapsed_s"] = time.perf_counter() - t_start

@@ -24,6 +24,7 @@ parameters when `dtype` is the model's (shared with the learner without a copy),
 from __future__ import annotations
 
 import copy
+import warnings
 from collections.abc import Callable
 from enum import Enum
 
@@ -84,6 +85,10 @@ class TorchEngine:
         mode = DecodeAttention(decode_attention)
         self.decode_attention = DEFAULT_DECODE_ATTENTION.get(dev, DecodeAttention.SPLIT_K) \
             if mode is DecodeAttention.AUTO else mode
+        if self.decode_attention is DecodeAttention.FLEX and dev != "cuda":
+            warnings.warn("rollout.torch.decode_attention=flex off CUDA runs torch's eager flex_attention, which "
+                          "computes scores over the whole KV pool every step (a reference, slow); split_k is the "
+                          "fast path on CPU", stacklevel=2)
         # CUDA graphs replay fixed-shape steps: the table backends only, on CUDA only
         self.graph_mode = GraphMode.CUDA if cuda_graphs and dev == "cuda" else GraphMode.OFF
         self.stats = EngineStats()

@@ -82,7 +82,8 @@ class FlexAttention:
     def __init__(self, compiled: bool) -> None:
         from torch.nn.attention.flex_attention import flex_attention
 
-        self.flex = torch.compile(flex_attention, dynamic=False) if compiled else flex_attention
+        # dynamic=None: a second batch bucket recompiles once with a symbolic batch, instead of once per bucket
+        self.flex = torch.compile(flex_attention) if compiled else flex_attention
 
     def prepare(self, table: torch.Tensor, ctx: torch.Tensor, block_size: int, num_blocks: int, q_len: int
                 ) -> TableStep:
