@@ -12,8 +12,6 @@ from __future__ import annotations
 
 import random
 
-import torch
-
 from ulorl.rollout.engines.torch.sampler import row_uniforms
 from ulorl.rollout.engines.torch.scheduler import Scheduler
 
@@ -54,10 +52,8 @@ class HazardEOS(Scheduler):
 
     def _sample(self, logits) -> None:
         super()._sample(logits)
-        dev = logits.device
-        rows = torch.tensor([s.index for s in self.running], device=dev)
-        steps = torch.tensor([len(s.tokens) for s in self.running], device=dev)
-        stop = (row_uniforms(self.seed ^ 0x5BD1E995, rows, steps) < 1 / self.mean).tolist()
+        stop = (row_uniforms(self.seed ^ 0x5BD1E995, [s.index for s in self.running],
+                             [len(s.tokens) for s in self.running]) < 1 / self.mean).tolist()
         for s, hit in zip(self.running, stop):
             if hit:
                 s.tokens[-1], s.eos = self.eos_id, True

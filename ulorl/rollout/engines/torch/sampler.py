@@ -9,6 +9,7 @@ device, with no host synchronisation.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from ulorl.rollout.engines.base import SamplingParams
@@ -16,20 +17,31 @@ from ulorl.rollout.engines.base import SamplingParams
 _MASK32 = 0xFFFFFFFF
 
 
-def _mix32(x: torch.Tensor) -> torch.Tensor:
-    """A 32-bit integer hash (lowbias32), on int64 tensors holding values in [0, 2^32)."""
+def _mix32(x: np.ndarray) -> np.ndarray:
+    """A 32-bit integer hash (lowbias32), on uint64 arrays (products wrap mod 2^64; only their low 32 bits are kept)."""
     x = x & _MASK32
     x = ((x ^ (x >> 16)) * 0x7FEB352D) & _MASK32
     x = ((x ^ (x >> 15)) * 0x846CA68B) & _MASK32
     return x ^ (x >> 16)
 
 
-def row_uniforms(seed: int, rows: torch.Tensor, steps: torch.Tensor) -> torch.Tensor:
-    """Uniform numbers in [0, 1) `(B,)` float64, a function of (seed, rows[i], steps[i]) only (`(B,)` long each)."""
-    h = _mix32(torch.full_like(rows, seed & _MASK32) ^ _mix32(rows + 0x9E3779B9 * ((seed >> 32) & 0xFF)))
-    h = _mix32(h ^ _mix32(steps * 0x632BE5AB + 0x85EBCA6B))
-    lo = _mix32(h + 0x27D4EB2F)
-    return ((h >> 5).double() * 67108864.0 + (lo >> 6).double()) / 9007199254740992.0  # 53 random bits
+def row_uniforms(seed: int, rows, steps, device: torch.device | str | None = None) -> torch.Tensor:
+    """Uniform numbers in [0, 1) `(B,)` float64, a function of (seed, rows[i], steps[i]) only.
+
+    rows, steps: `(B,)` non-negative integers (lists or tensors). Computed in numpy on the host (a few dozen
+    integer ops over B numbers: torch's per-op overhead made this ~5% of a small model's decode step), returned
+    on `device` (default: rows' device when it is a tensor, else CPU)."""
+    if device is None:
+        device = rows.device if isinstance(rows, torch.Tensor) else "cpu"
+    r = np.asarray(rows.cpu() if isinstance(rows, torch.Tensor) else rows, dtype=np.uint64)
+    t = np.asarray(steps.cpu() if isinstance(steps, torch.Tensor) else steps, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        h = _mix32(np.uint64(seed & _MASK32) ^ _mix32(r + np.uint64(0x9E3779B9 * ((seed >> 32) & 0xFF))))
+        h = _mix32(h ^ _mix32(t * np.uint64(0x632BE5AB) + np.uint64(0x85EBCA6B)))
+        lo = _mix32(h + np.uint64(0x27D4EB2F))
+    u = ((h >> np.uint64(5)).astype(np.float64) * 67108864.0 + (lo >> np.uint64(6)).astype(np.float64)) \
+        / 9007199254740992.0  # 53 random bits
+    return torch.from_numpy(u).to(device)
 
 
 def sample_tokens(logits: torch.Tensor, params: SamplingParams, uniforms: torch.Tensor | None = None,

@@ -84,10 +84,8 @@ class Scheduler:
 
     def _sample(self, logits: torch.Tensor) -> None:
         """Sample one token per running row (one host synchronisation for the whole batch)."""
-        dev = logits.device
-        rows = torch.tensor([s.index for s in self.running], device=dev)
-        steps = torch.tensor([len(s.tokens) for s in self.running], device=dev)
-        uniforms = None if self.params.greedy else row_uniforms(self.seed, rows, steps)
+        uniforms = None if self.params.greedy else row_uniforms(
+            self.seed, [s.index for s in self.running], [len(s.tokens) for s in self.running], logits.device)
         tok, lp = sample_tokens(logits, self.params, uniforms)
         pairs = torch.stack([tok.double(), lp.double()], dim=1).tolist()
         for s, (t, p) in zip(self.running, pairs):
