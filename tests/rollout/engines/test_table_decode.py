@@ -123,3 +123,40 @@ def test_decode_attention_is_validated(fresh):
     with pytest.raises(ConfigError, match="decode_attention"):
         TorchEngine(fresh[1], [0], decode_attention="paged")
     assert TorchEngine(fresh[1], [0]).decode_attention.value == "split_k"  # auto on CPU
+
+
+def test_a_kernel_that_fails_on_a_new_shape_falls_back_to_the_gather(shaken, monkeypatch):
+    """flex failing (no compiler, a kernel this torch lacks) on its first step: a warning, the gather path, and the
+    split-K engine's tokens all the same. A failure on a shape that has already run is an error."""
+    from ulorl.rollout.engines.torch.table_attention import FlexAttention, GatherAttention
+
+    flex_attend = FlexAttention.attend
+
+    def broken(*args, **kw):
+        raise RuntimeError("no triton here")
+
+    eos = list(range(400, 450))
+    prefixes = _prefixes(5)
+    params = SamplingParams(temperature=0.7)
+    kw = dict(max_batch=4, block_size=4, kv_cache_gib=_gib(64, 4))
+    ref = TorchEngine(shaken, eos, **kw).generate(prefixes, 12, params, seed=2)
+    monkeypatch.setattr(FlexAttention, "attend", broken)
+    eng = _engine(shaken, eos, "flex", GraphMode.EMULATE, **kw)
+    with pytest.warns(UserWarning, match="flex attention -> gather after RuntimeError: no triton here"):
+        out = eng.generate(prefixes, 12, params, seed=2)
+    assert [o.tokens for o in out] == [o.tokens for o in ref]
+    assert len(eng.table.fallbacks) == 1 and isinstance(eng.table.backend, GatherAttention)
+
+    calls = {"n": 0}
+
+    def fails_later(self, *args, **kw):
+        calls["n"] += 1
+        if calls["n"] > 3:  # the first step (3 layers) ran; the second has the same shape (4 rows, the call's width)
+            raise RuntimeError("device lost")
+        return flex_attend(self, *args, **kw)
+
+    monkeypatch.setattr(FlexAttention, "attend", fails_later)  # flex that works, then fails
+    eng = _engine(shaken, eos, "flex", GraphMode.EMULATE, **kw)
+    with pytest.raises(RuntimeError, match="device lost"):
+        eng.generate(prefixes, 12, params, seed=2)
+    assert eng.table.fallbacks == []

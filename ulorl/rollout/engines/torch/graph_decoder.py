@@ -15,6 +15,10 @@ Inputs go into static buffers (one host-to-device copy per tensor per step), the
 time its shape is met: the step is run once eagerly with the real inputs (its K/V writes are the step's own,
 so replaying it writes the same values again), then captured; all graphs share one memory pool.
 
+A shape whose first step fails (a compiler or a capture error on this machine) is not fatal: flex falls back
+to the gather, then CUDA graphs to eager steps, each with a warning (`fallbacks`), and the step reruns.
+A failure on a shape that has already run is raised.
+
 Modes: `cuda` (capture and replay), `off` (the same padded step run eagerly: CPU, or CUDA without graphs),
 `emulate` (CPU tests: "capture" keeps the step function and its output tensor, "replay" recomputes into that
 tensor, so the static-buffer plumbing is tested where no GPU is).
@@ -23,6 +27,8 @@ tensor, so the static-buffer plumbing is tested where no GPU is).
 from __future__ import annotations
 
 from enum import Enum
+
+import warnings
 
 import numpy as np
 import torch
@@ -66,6 +72,8 @@ class TableDecoder:
         self.graphs: dict[tuple[int, int], tuple[object, torch.Tensor]] = {}  # (rows, width) -> (replay, logits)
         self.pool = None  # the graphs' shared memory pool (cuda)
         self.replays = 0  # steps run from a captured graph
+        self.fallbacks: list[str] = []  # what failed and what replaced it (`_fall_back`)
+        self._shapes_ok: set[tuple[int, int]] = set()  # (rows, width) that have run: a failure there is an error
         self._width = 0  # static buffers' table width (grows; graphs are dropped when it does)
         self._alloc(self.buckets[-1], 1)
 
@@ -117,7 +125,33 @@ class TableDecoder:
         self.slot[:rows].copy_(last * bs + p % bs)
         self.ctx[:rows].copy_(p + 1)
         self.table[:rows, :width].copy_(table)
-        return self._run(rows, width)[:n]
+        while True:
+            try:
+                out = self._run(rows, width)
+                break
+            except Exception as e:  # a compiler or capture failure on a new shape: a slower path, not a dead run
+                if (rows, width) in self._shapes_ok or not self._fall_back(e):
+                    raise
+        self._shapes_ok.add((rows, width))
+        return out[:n]
+
+    def _fall_back(self, error: Exception) -> bool:
+        """After `error` on a shape's first step: flex -> gather, then CUDA graphs -> eager; False when nothing
+        is left. The step is then rerun from the same static inputs (its K/V writes are the same values)."""
+        from ulorl.rollout.engines.torch.table_attention import FlexAttention, GatherAttention
+
+        if isinstance(self.backend, FlexAttention):
+            what, self.backend = "flex attention -> gather", GatherAttention()
+        elif self.mode is GraphMode.CUDA:
+            what, self.mode = "CUDA graphs -> eager steps", GraphMode.OFF
+        else:
+            return False
+        msg = f"torch engine decode: {what} after {type(error).__name__}: {str(error)[:300]}"
+        warnings.warn(msg, stacklevel=3)
+        self.fallbacks.append(msg)
+        self.graphs.clear()
+        self._shapes_ok.clear()
+        return True
 
     def _step(self, rows: int, width: int):
         def step() -> torch.Tensor:
