@@ -19,7 +19,7 @@ from ulorl.rollout.engines.torch.graph_decoder import GraphMode, batch_buckets, 
 from ulorl.rollout.engines.torch.table_attention import table_backend
 
 from tests.rollout.engines.test_paged_cache import _gib, fresh, shaken  # noqa: F401 (fixtures)
-from tests.rollout.engines.test_torch import _learner_logprobs, _prefixes
+from tests.rollout.engines.test_torch import _prefixes, two_segments_match_the_learner
 
 
 def _loop_attention(q, k_tok, v_tok, tables, ctx, bs, scale):
@@ -100,18 +100,8 @@ def test_table_decode_logprobs_equal_the_learner_with_preemption_and_continuatio
     eng = _engine(model, [tok.eos_token_id], mode, GraphMode.EMULATE, max_batch=4, block_size=4,
                   kv_cache_gib=_gib(20, 4))  # 80 tokens for rows of up to 25 + 2 x 12
     params = SamplingParams(temperature=0.7, top_k=20)
-    prefixes = _prefixes(6)
-    first = eng.generate(prefixes, 12, params, seed=3)
-    cont = [p + o.tokens for p, o in zip(prefixes, first) if not o.eos]
-    second = iter(eng.generate(cont, 12, params, seed=4))
+    assert two_segments_match_the_learner(eng, model, tok, _prefixes(6), params) >= 6 * 13
     assert eng.stats.extra.get("preemptions", 0) > 0
-    for p, o in zip(prefixes, first):
-        segs = [(o.tokens, o.logprobs)]
-        if not o.eos:
-            o2 = next(second)
-            segs.append((o2.tokens, o2.logprobs))
-        learner, engine = _learner_logprobs(model, tok, p, segs)
-        assert torch.allclose(learner, engine, atol=1e-5, rtol=0), (learner - engine).abs().max()
     assert eng.blocks.num_free == eng.blocks.num_blocks
 
 

@@ -61,13 +61,9 @@ def _learner_logprobs(model, tok, prefix: list[int], segments: list[tuple[list[i
     return ours, torch.tensor([x for _, lps in segments for x in lps])
 
 
-def test_logprobs_equal_the_learner_at_every_position_including_continued_segments(fresh):
-    # (on the shaken model below, float32 rounding is amplified: the HF engine and this one both differ from the
-    # learner by ~2e-5 there, identically)
-    tok, model = fresh
-    eng = TorchEngine(model, [tok.eos_token_id], max_batch=3, block_size=4)  # 7 prefixes through 3 rows: blocks reused
-    params = SamplingParams(temperature=T, top_k=20, top_p=0.9)  # behaviour log-probs are taken before filtering
-    prefixes = _prefixes(7)
+def two_segments_match_the_learner(eng, model, tok, prefixes: list[list[int]], params: SamplingParams) -> int:
+    """Generate 12 tokens per prefix, continue every unfinished row by 12 more in a second call, and assert that
+    the engine's log-probs equal the learner's within 1e-5 at every response position; returns how many."""
     first = eng.generate(prefixes, 12, params, seed=3)
     cont = [p + o.tokens for p, o in zip(prefixes, first) if not o.eos]
     second = iter(eng.generate(cont, 12, params, seed=4))
@@ -81,6 +77,16 @@ def test_logprobs_equal_the_learner_at_every_position_including_continued_segmen
         assert learner.shape == engine.shape
         assert torch.allclose(learner, engine, atol=1e-5, rtol=0), (learner - engine).abs().max()
         checked += learner.numel()
+    return checked
+
+
+def test_logprobs_equal_the_learner_at_every_position_including_continued_segments(fresh):
+    # (on the shaken model below, float32 rounding is amplified: the HF engine and this one both differ from the
+    # learner by ~2e-5 there, identically)
+    tok, model = fresh
+    eng = TorchEngine(model, [tok.eos_token_id], max_batch=3, block_size=4)  # 7 prefixes through 3 rows: blocks reused
+    params = SamplingParams(temperature=T, top_k=20, top_p=0.9)  # behaviour log-probs are taken before filtering
+    checked = two_segments_match_the_learner(eng, model, tok, _prefixes(7), params)
     assert checked >= 7 * 13  # every row decoded its first segment and part of a second one
 
 

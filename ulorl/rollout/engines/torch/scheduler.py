@@ -26,6 +26,9 @@ their blocks are freed, and they go back to the front of the queue with their to
 to be prefilled again (`prefix + tokens`) when blocks free up. Nothing is dropped, and because each row
 samples from its own random stream (`sampler.py`) the tokens are those of an unconstrained run.
 
+Decode goes through the split-K plan (`attention.py`, the CPU path: compaction and runs serve it), or, when the
+engine has a `TableDecoder` (CUDA), through fixed-shape steps over the rows' block tables (`graph_decoder.py`).
+
 The schedule depends only on the inputs (lengths, EOS), never on timing, so seeded runs reproduce.
 """
 
