@@ -13,7 +13,10 @@ and a backend turns that into each row's attention over its own blocks. Two back
   whose KV indices are the rows' physical blocks (as torch's experimental `PagedAttention` does); its
   `mask_mod` maps a physical position back to the row's logical position. Compiled (Triton) on CUDA it
   reads each row's blocks in place, no copy; eager (CPU, tests) it is a reference that materialises the
-  scores over the whole pool. GQA: a KV head's G query heads are passed as G query positions of that head,
+  scores over the whole pool. The compiled kernel requires the mask's KV extent to cover the key length, so
+  the KV index tensor spans the pool (`(B, 1, 1, pool blocks)` int32, the table in its first columns); compiled
+  by torch's CPU backend this construction matches the gather within 3e-7 (a one-off check, not a test: the
+  compile takes minutes here). GQA: a KV head's G query heads are passed as G query positions of that head,
   so K/V are never repeated and G need not be a power of two (flex decoding's GQA requires one; the
   Qwen2.5-0.5B shape has G = 7).
 - `gather`: the rows' blocks copied into `(H_kv, B, W x block_size, D)`, then matmul-softmax-matmul in
@@ -95,14 +98,18 @@ class FlexAttention:
         logical = torch.where(col[None, :] < nblk[:, None], col[None, :], -1)  # (B, W): -1 on padding
         # physical block -> logical block of row b (-1: not the row's); the scratch block may repeat in a row's
         # padding, and amax keeps its one live entry (a padding row's block 0)
-        p2l = torch.full((b, num_blocks), -1, dtype=torch.long, device=table.device)
-        p2l = p2l.scatter_reduce(1, table, logical, "amax")
+        p2l = torch.full((b, num_blocks), -1, dtype=torch.int32, device=table.device)
+        p2l = p2l.scatter_reduce(1, table, logical.to(torch.int32), "amax")
 
         def mask_mod(bi, h, q_idx, kv_idx):
             lb = p2l[bi, kv_idx // block_size]
             return (lb >= 0) & (lb * block_size + kv_idx % block_size < ctx[bi])
 
-        mask = BlockMask.from_kv_blocks(nblk.to(torch.int32)[:, None, None], table.to(torch.int32)[:, None, None, :],
+        # the compiled kernel asks the mask's KV extent (index columns x block size) to cover the KV length, the
+        # whole pool: the table's columns, then zeros that the per-row block counts never reach
+        kv_indices = torch.zeros((b, 1, 1, num_blocks), dtype=torch.int32, device=table.device)
+        kv_indices[:, 0, 0, :w] = table
+        mask = BlockMask.from_kv_blocks(nblk.to(torch.int32)[:, None, None], kv_indices,
                                         BLOCK_SIZE=(128, block_size), mask_mod=mask_mod,
                                         seq_lengths=(q_len, num_blocks * block_size), compute_q_blocks=False)
         return TableStep(table, ctx, mask)
