@@ -9,6 +9,8 @@ so the static buffers and padding rows are exercised here; the CUDA capture itse
 
 from __future__ import annotations
 
+import shutil
+
 import pytest
 import torch
 
@@ -150,3 +152,25 @@ def test_a_kernel_that_fails_on_a_new_shape_falls_back_to_the_gather(shaken, mon
     with pytest.raises(RuntimeError, match="device lost"):
         eng.generate(prefixes, 12, params, seed=2)
     assert eng.table.fallbacks == []
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("g++") is None, reason="torch.compile on CPU needs a C++ compiler")
+def test_compiled_flex_equals_the_gather():
+    """The flex construction through torch.compile (the CPU backend here; Triton on CUDA): the compiled kernel has
+    requirements the eager reference does not check (the mask's KV extent must cover the pool). Two batch sizes:
+    the second recompiles with a symbolic batch. G = 7 query heads per KV head, as the Qwen2.5-0.5B shape."""
+    torch.manual_seed(0)
+    h_kv, g, d, bs, nb = 2, 7, 16, 16, 40
+    k_tok, v_tok = torch.randn(h_kv, (nb + 1) * bs, d), torch.randn(h_kv, (nb + 1) * bs, d)
+    flex, gather = table_backend("flex", compiled=True), table_backend("gather")
+    for rows in (4, 2):
+        tables = [[(5 * i + j) % nb for j in range(1 + i % 4)] for i in range(rows)]
+        ctx = torch.tensor([len(t) * bs - i % 5 for i, t in enumerate(tables)])
+        table = torch.full((rows, 8), nb, dtype=torch.long)
+        for i, t in enumerate(tables):
+            table[i, : len(t)] = torch.tensor(t)
+        q = torch.randn(rows, h_kv, g, d)
+        got = flex.attend(q, k_tok, v_tok, flex.prepare(table, ctx, bs, nb + 1, g), 0.25)
+        want = gather.attend(q, k_tok, v_tok, gather.prepare(table, ctx, bs, nb + 1, g), 0.25)
+        assert torch.allclose(got, want, atol=1e-5, rtol=0), (rows, (got - want).abs().max())
