@@ -8,8 +8,7 @@ from dataclasses import dataclass, field
 from ulorl.config.checks import positive
 from ulorl.config.loader import ConfigError, check_choice
 from ulorl.rollout.engines.base import check_sampling
-from ulorl.rollout.engines.registry import EngineName
-from ulorl.rollout.engines.torch.engine import DecodeAttention
+from ulorl.rollout.engines.registry import DecodeAttention, EngineName
 
 
 @dataclass

@@ -21,6 +21,16 @@ class EngineName(str, Enum):
     VLLM = "vllm"  # GPU (vllm.py)
 
 
+class DecodeAttention(str, Enum):
+    """`rollout.torch.decode_attention`: how the torch engine's decode step attends over its paged cache (here, not
+    in `torch/`, so the config validates it without importing the engine)."""
+
+    AUTO = "auto"  # torch/engine.py's DEFAULT_DECODE_ATTENTION by device type
+    SPLIT_K = "split_k"  # torch/attention.py: the pool's blocks as one batched call, shapes that follow the pool (CPU)
+    FLEX = "flex"  # torch/table_attention.py: flex_attention over block tables (compiled on CUDA), graph-capturable
+    GATHER = "gather"  # torch/table_attention.py: blocks gathered per row, graph-capturable, no compiler
+
+
 def _torch(model, tokenizer, eos_ids: list[int], **kw) -> Engine:
     import torch
 

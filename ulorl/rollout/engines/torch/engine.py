@@ -26,27 +26,18 @@ from __future__ import annotations
 import copy
 import warnings
 from collections.abc import Callable
-from enum import Enum
 
 import torch
 
 from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams, check_prefixes, load_weights
 from ulorl.errors import check_choice
+from ulorl.rollout.engines.registry import DecodeAttention
 from ulorl.rollout.engines.torch.block_manager import BlockManager
 from ulorl.rollout.engines.torch.graph_decoder import GraphMode, TableDecoder
 from ulorl.rollout.engines.torch.kv_cache import GIB, PagedKVCache, check_budget, physical_memory_bytes, pool_blocks
 from ulorl.rollout.engines.torch.runner import ModelRunner
 from ulorl.rollout.engines.torch.scheduler import Scheduler
 from ulorl.rollout.engines.torch.table_attention import table_backend
-
-class DecodeAttention(str, Enum):
-    """`rollout.torch.decode_attention`: how a decode step attends over the paged cache."""
-
-    AUTO = "auto"  # DEFAULT_DECODE_ATTENTION by device type
-    SPLIT_K = "split_k"  # `attention.py`: the pool's blocks as one batched call, shapes that follow the pool (CPU)
-    FLEX = "flex"  # `table_attention.py`: flex_attention over block tables (compiled on CUDA), CUDA-graph capturable
-    GATHER = "gather"  # `table_attention.py`: blocks gathered per row, CUDA-graph capturable, no compiler
-
 
 # measured fastest on CPU (docs/benchmarks.md); on CUDA the fixed-shape path that CUDA graphs capture, flex as the
 # library kernel that reads blocks in place (not yet measured on a GPU: benchmarks/gpu_paged_check.py compares)
