@@ -29,8 +29,8 @@ from collections.abc import Callable
 
 import torch
 
-from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams, check_prefixes, load_weights
 from ulorl.errors import check_choice
+from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams, check_prefixes, load_weights
 from ulorl.rollout.engines.registry import DecodeAttention
 from ulorl.rollout.engines.torch.block_manager import BlockManager
 from ulorl.rollout.engines.torch.graph_decoder import GraphMode, TableDecoder
