@@ -14,15 +14,17 @@ and a backend turns that into each row's attention over its own blocks. Two back
   `mask_mod` maps a physical position back to the row's logical position. Compiled (Triton) on CUDA it
   reads each row's blocks in place, no copy; eager (CPU, tests) it is a reference that materialises the
   scores over the whole pool. The compiled kernel requires the mask's KV extent to cover the key length, so
-  the KV index tensor spans the pool (`(B, 1, 1, pool blocks)` int32, the table in its first columns); compiled
-  by torch's CPU backend this construction matches the gather (`test_compiled_flex_equals_the_gather`, slow). GQA: a KV head's G query heads are passed as G query positions of that head,
-  so K/V are never repeated and G need not be a power of two (flex decoding's GQA requires one; the
-  Qwen2.5-0.5B shape has G = 7).
+  the KV index tensor spans the pool (`(B, 1, 1, pool blocks)` int32, the table in its first columns);
+  compiled by torch's CPU backend this construction matches the gather (`test_compiled_flex_equals_the_gather`,
+  slow). GQA: a KV head's G query heads are passed as G query positions of that head, so K/V are never
+  repeated and G need not be a power of two (flex decoding's GQA requires one; the Qwen2.5-0.5B shape has
+  G = 7).
 - `gather`: the rows' blocks copied into `(H_kv, B, W x block_size, D)`, then matmul-softmax-matmul in
   float32 with a length mask. Any device, no compiler; it reads each row's table width, so callers bucket W
   to the batch's longest row.
 
-Both take `prepare(table, ctx, block_size, num_blocks, q_len)` once per step (shared by all layers) and `attend(q, ...)` per layer.
+Both take `prepare(table, ctx, block_size, num_blocks, q_len)` once per step (shared by all layers) and
+`attend(q, ...)` per layer.
 """
 
 from __future__ import annotations
