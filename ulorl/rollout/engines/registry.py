@@ -67,7 +67,8 @@ def build_engine(name: str, model, tokenizer, eos_ids: list[int], **kw) -> Engin
     never stops early). An unknown name raises `ConfigError` listing the valid ones.
 
     Keywords, each read by the engines that use it: `max_batch`, `kv_cache_gib`, `dtype` (torch: "auto" or
-    None for the model's, or a torch dtype name such as "bfloat16"), `torch` (a `rollout.torch` config), `pad_id` (hf; default
+    None for the model's, or a torch dtype name such as "bfloat16"), `torch` (a `rollout.torch`
+    config), `pad_id` (hf; default
     `tokenizer.pad_token_id`, so `tokenizer` may be None when it is given), `model_path`, `vllm`, `model_cfg`,
     `seed` (vllm).
     """

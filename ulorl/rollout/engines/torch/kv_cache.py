@@ -4,8 +4,9 @@ Per layer, keys and values are `(H_kv, num_blocks + 1, block_size, D)` tensors (
 of a block, head size), views of one allocation; `k_tokens[layer]` is the same memory as
 `(H_kv, (num_blocks + 1) x block_size, D)`, so the tokens of consecutive blocks are one strided view (a row
 whose blocks are consecutive attends over a view, no copy). The last block (`scratch`) is outside the budget's
-blocks and never handed out: a fixed-shape decode (`graph_decoder.py`) writes its padding rows there. Which block belongs to which sequence is the block
-manager's business (`block_manager.py`); this file holds the memory and its budget.
+blocks and never handed out: a fixed-shape decode (`graph_decoder.py`) writes its padding rows there. Which
+block belongs to which sequence is the block manager's business (`block_manager.py`); this file holds the
+memory and its budget.
 
 The pool is sized by the budget, not by the batch: `num_blocks = kv_cache_gib / bytes of a block`. On CPU it
 is anonymous memory (`mmap`), which the OS commits page by page when first written, so the process's

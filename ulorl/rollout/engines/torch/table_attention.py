@@ -61,7 +61,8 @@ class GatherAttention:
     def prepare(self, table: torch.Tensor, ctx: torch.Tensor, block_size: int, num_blocks: int, q_len: int
                 ) -> TableStep:
         b, w = table.shape
-        slots = (table[:, :, None] * block_size + torch.arange(block_size, device=table.device)).reshape(b, w * block_size)
+        offsets = torch.arange(block_size, device=table.device)
+        slots = (table[:, :, None] * block_size + offsets).reshape(b, w * block_size)
         pos = torch.arange(w * block_size, device=table.device)
         mask = torch.zeros((b, w * block_size), dtype=torch.float32, device=table.device)
         mask.masked_fill_(pos[None, :] >= ctx[:, None], float("-inf"))
