@@ -255,8 +255,7 @@ fi
 # CUDA graphs, flex eager, split-K; the rest runs on the fastest); decode ms/iteration of the Qwen2.5-0.5B shape
 # (random bf16 weights) at 64 and 256 rows x 2k/8k/32k contexts next to the bandwidth floor; a Qwen3-1.7B-shaped
 # batch of 128 rows at 16k (long tail) in the pool that slots need for 25 rows; segment rollout M = 1, 4, 2, 8 on
-# 32 groups x 8
-# (L = 16k, mean length L/8), trained samples/s. Parts start within PAGED_BUDGET seconds (default 240; the JSON
+# 32 groups x 8 (L = 16k, mean length L/8), trained samples/s. Parts start within PAGED_BUDGET seconds (default 240; the JSON
 # is rewritten after each part, and PAGED_TIMEOUT, default 330 s, ends it). Into $OUT/gpu_check.json
 # ("paged_engine"), quoted by docs/scale.md. DEVICE=cpu: tiny shapes (a dry run). PAGED=0 skips it.
 if [ "${PAGED:-1}" = 1 ]; then

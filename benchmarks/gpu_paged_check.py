@@ -396,7 +396,7 @@ def main() -> int:
         except Exception as e:  # recorded; segment rollout still runs
             r = res["slots_vs_paged"] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
         if "error" not in r:
-                print(f"128 rows at 16k: peak KV {r['peak_kv_gib']:.2f} GiB in a pool of {r['pool_gib']:.2f} GiB "
+            print(f"128 rows at 16k: peak KV {r['peak_kv_gib']:.2f} GiB in a pool of {r['pool_gib']:.2f} GiB "
                   f"(slots for {r['slot_rows_of_pool']} rows; all rows in slots: {r['slots_needed_gib']:.1f} GiB), "
                   f"{r['preemptions']} preemptions", file=sys.stderr, flush=True)
         save()

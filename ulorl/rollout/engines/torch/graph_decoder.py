@@ -26,14 +26,14 @@ tensor, so the static-buffer plumbing is tested where no GPU is).
 
 from __future__ import annotations
 
-from enum import Enum
-
 import warnings
+from enum import Enum
 
 import numpy as np
 import torch
 
 from ulorl.errors import check_choice
+from ulorl.rollout.engines.torch.table_attention import FlexAttention, GatherAttention
 
 
 class GraphMode(str, Enum):
@@ -138,8 +138,6 @@ class TableDecoder:
     def _fall_back(self, error: Exception) -> bool:
         """After `error` on a shape's first step: flex -> gather, then CUDA graphs -> eager; False when nothing
         is left. The step is then rerun from the same static inputs (its K/V writes are the same values)."""
-        from ulorl.rollout.engines.torch.table_attention import FlexAttention, GatherAttention
-
         if isinstance(self.backend, FlexAttention):
             what, self.backend = "flex attention -> gather", GatherAttention()
         elif self.mode is GraphMode.CUDA:
