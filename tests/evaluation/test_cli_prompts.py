@@ -70,3 +70,51 @@ def test_a_bad_protocol_value_in_the_preset_names_its_key(tmp_path):
     preset.write_text("eval:\n  temperature: -1\n")
     with pytest.raises(ConfigError, match="eval.temperature"):
         eval_config(_args("--config", str(preset)))
+
+
+def test_with_a_preset_the_held_out_set_is_the_training_runs(tmp_path):
+    """`ulorl eval --config C` with no --data evaluates on the problems C's training run holds out: its data.eval,
+    drawn with its size law and seed (here the odometer's, flattened as configs/long.yaml does)."""
+    import yaml
+
+    from ulorl.config.data import DataConfig
+    from ulorl.config.loader import build
+    from ulorl.data import load_prompts
+    from ulorl.data.loaders import load_source
+    from ulorl.evaluation.cli import data_config, data_sources, eval_config
+    from ulorl.models import load_tokenizer
+
+    data = {"train": "builtin:odometer", "eval": "builtin:odometer", "alpha": 0.5, "uniform": 0.3, "eval_size": 12,
+            "seed": 3}
+    preset = tmp_path / "run.yaml"
+    preset.write_text(yaml.safe_dump({"data": data, "eval": {"num_problems": 12}}))
+    args = _args("--config", str(preset))
+    tok = load_tokenizer("builtin")
+    (source,) = data_sources(args)
+    got, _ = load_source(source, tok, data_config(args, eval_config(args)), split="eval")
+    want, _ = load_prompts(build(DataConfig, data, "data."), tok, "eval")
+    assert [(r.prompt_text, r.ground_truth) for r in got] == [(r.prompt_text, r.ground_truth) for r in want]
+    plain, _ = load_source("builtin:odometer", tok, data_config(_args(), eval_config(_args("--num-problems", "12"))),
+                           split="eval")
+    assert [r.prompt_text for r in plain] != [r.prompt_text for r in got]  # the task's own law and seed differ
+
+
+def test_eval_data_defaults_and_flags(tmp_path):
+    from ulorl.evaluation.cli import data_config, data_sources, eval_config
+
+    assert data_sources(_args()) == ["builtin:chain"]
+    cfg = data_config(_args(), eval_config(_args()))
+    assert (cfg.max_prompt_len, cfg.eval_size, cfg.shuffle) == (4096, 200, False)
+    preset = tmp_path / "run.yaml"
+    preset.write_text("data:\n  eval: [a.jsonl, b.parquet]\n  prompt_key: question\n  max_prompt_len: 64\n")
+    args = _args("--config", str(preset), "--max-prompt-len", "128", "--num-problems", "500")
+    assert data_sources(args) == ["a.jsonl", "b.parquet"]
+    assert data_sources(_args("--config", str(preset), "--data", "c.jsonl")) == ["c.jsonl"]
+    cfg = data_config(args, eval_config(args))
+    assert (cfg.prompt_key, cfg.max_prompt_len, cfg.eval_size) == ("question", 128, 500)
+    preset.write_text("data:\n  eval: null\n")
+    with pytest.raises(ConfigError, match=r"run\.yaml: data\.eval is null.*--data"):
+        data_sources(_args("--config", str(preset)))
+    preset.write_text("data:\n  on_bad_row: maybe\n")
+    with pytest.raises(ConfigError, match="data.on_bad_row"):
+        data_config(_args("--config", str(preset)), eval_config(_args()))

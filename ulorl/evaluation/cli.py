@@ -7,7 +7,7 @@ import json
 from dataclasses import fields
 from pathlib import Path
 
-from ulorl.config.data import DataConfig
+from ulorl.config.data import BUILTIN_CHAIN, DataConfig
 from ulorl.config.evaluation import EvalConfig
 from ulorl.config.loader import build
 from ulorl.data.loaders import load_source
@@ -19,14 +19,18 @@ _DEFAULTS = {f.name: f.default for f in fields(EvalConfig) if f.name != "pass_k"
 # flag -> the `eval:` field it sets; a flag left out takes the field from --config's eval section, else the default
 _EVAL_FLAGS = ("k", "temperature", "top_p", "top_k", "max_new_tokens", "num_problems", "pass_k", "seed",
                "batch_size")
+# flag -> the `data:` field it sets, as for _EVAL_FLAGS
+_DATA_FLAGS = ("format", "prompt_key", "answer_key", "data_source_key", "max_prompt_len", "on_bad_row")
+_MAX_PROMPT_LEN = 4096  # without a preset: evaluation sets have longer prompts than the training default
 
 
 def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Arguments of `ulorl eval` (defaults: the paper's evaluation protocol)."""
     parser.add_argument("--model", default=None, help="local HF model folder, a .gguf, or 'builtin' (default: "
                         "model.path of --config, else builtin)")
-    parser.add_argument("--data", nargs="+", default=["builtin:chain"],
-                        help="one or more sources: builtin:chain, .parquet, .jsonl or save_to_disk folders")
+    parser.add_argument("--data", nargs="+", default=None,
+                        help="one or more sources: builtin:chain, .parquet, .jsonl or save_to_disk folders "
+                        "(default: data.eval of --config, drawn as its data section says, else builtin:chain)")
     parser.add_argument("--output", "-o", default="runs/eval", help="folder for results.json and report.md")
     # the evaluation protocol: each flag left out comes from --config's eval section, else the paper's default
     parser.add_argument("--k", type=int, default=None, help=f"samples per problem (default {_DEFAULTS['k']}, "
@@ -40,12 +44,14 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--batch-size", type=int, default=None,
                         help="sequences decoded at once (torch engine rows; other engines: prefixes per call)")
     parser.add_argument("--seed", type=int, default=None, help=f"default {_DEFAULTS['seed']}")
-    parser.add_argument("--format", default="auto", help="auto | verl | jsonl | trl | disk")
-    parser.add_argument("--prompt-key", default="prompt")
-    parser.add_argument("--answer-key", default="answer")
-    parser.add_argument("--data-source-key", default="data_source")
-    parser.add_argument("--max-prompt-len", type=int, default=4096)
-    parser.add_argument("--on-bad-row", default="error", help="error | skip")
+    # how rows are read: each flag left out comes from --config's data section, else the default shown
+    parser.add_argument("--format", default=None, help="auto | verl | jsonl | trl | disk (default auto)")
+    parser.add_argument("--prompt-key", default=None, help="default prompt")
+    parser.add_argument("--answer-key", default=None, help="default answer")
+    parser.add_argument("--data-source-key", default=None, help="default data_source")
+    parser.add_argument("--max-prompt-len", type=int, default=None,
+                        help=f"default {_MAX_PROMPT_LEN}; with --config, its data.max_prompt_len as training reads it")
+    parser.add_argument("--on-bad-row", default=None, help="error | skip (default error)")
     parser.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--engine", default=None, help="torch | hf | vllm (default: rollout.engine of --config, "
@@ -85,6 +91,40 @@ def model_path(args: argparse.Namespace) -> str:
     return args.model or str(_preset(args, "model").get("path") or "builtin")
 
 
+def data_sources(args: argparse.Namespace) -> list[str]:
+    """`--data`, else --config's `data.eval` (one source or a list), else the built-in chain task."""
+    if args.data:
+        return list(args.data)
+    data = _preset(args, "data")
+    if "eval" not in data:
+        return [BUILTIN_CHAIN]
+    sources = data["eval"]
+    if not sources:
+        raise ConfigError(f"{args.config}: data.eval is null, so there is no held-out set to evaluate; "
+                          "name one with --data")
+    return list(sources) if isinstance(sources, list) else [sources]
+
+
+def data_config(args: argparse.Namespace, cfg: EvalConfig) -> DataConfig:
+    """How the sources are read and drawn.
+
+    With --config: its `data:` section as training reads it (so a built-in task's held-out set is the one its
+    training run evaluates on: size law, seed, size), with at least `num_problems` problems drawn. Without one:
+    prompts of up to 4,096 tokens, and a built-in task of `num_problems` problems drawn with the evaluation seed.
+    The reading flags win over both."""
+    if args.config:
+        merged = {k: v for k, v in _preset(args, "data").items() if k not in ("train", "eval")}
+        size = merged.get("eval_size", DataConfig.eval_size)
+        if isinstance(size, int):  # anything else: DataConfig names the field
+            merged["eval_size"] = max(size, cfg.num_problems or 0)
+    else:
+        merged = {"max_prompt_len": _MAX_PROMPT_LEN, "seed": cfg.seed,
+                  "eval_size": cfg.num_problems or DataConfig.eval_size}
+    merged.update({k: getattr(args, k) for k in _DATA_FLAGS if getattr(args, k) is not None})
+    merged |= {"shuffle": False} | _prompt_options(args)
+    return build(DataConfig, merged, "data.")
+
+
 def _engine_name(args: argparse.Namespace) -> str:
     if args.engine:
         return args.engine
@@ -120,13 +160,10 @@ def run_eval(args: argparse.Namespace) -> int:
 
     reward_cfg = reward_config_from_args(args)  # a bad function fails here, before any model loads
     cfg, path = eval_config(args), model_path(args)
-    data_cfg = DataConfig(format=args.format, prompt_key=args.prompt_key, answer_key=args.answer_key,
-                          data_source_key=args.data_source_key, max_prompt_len=args.max_prompt_len,
-                          on_bad_row=args.on_bad_row, eval_size=cfg.num_problems or DataConfig.eval_size,
-                          seed=cfg.seed, shuffle=False, **_prompt_options(args))
+    data_cfg, sources = data_config(args, cfg), data_sources(args)
     tokenizer = load_tokenizer(path, trust_remote_code=args.trust_remote_code)
     sets = {}
-    for source in args.data:  # load (and validate) everything before the first sample is drawn
+    for source in sources:  # load (and validate) everything before the first sample is drawn
         records, report = load_source(source, tokenizer, data_cfg, split="eval")
         print(report.summary())
         sets[_name(source)] = records
