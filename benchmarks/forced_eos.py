@@ -15,6 +15,8 @@ import random
 from ulorl.rollout.engines.torch.sampler import row_uniforms
 from ulorl.rollout.engines.torch.scheduler import Scheduler
 
+HAZARD_SALT = 0x5BD1E995  # HazardEOS's stop draws: the stream (seed ^ HAZARD_SALT, row, tokens so far)
+
 
 def draw_lengths(n: int, mean: float, cap: int, seed: int = 0) -> list[int]:
     """`n` lengths with the long tail of reasoning answers: exponential with `mean` (before the cap), in [1, cap]."""
@@ -52,7 +54,7 @@ class HazardEOS(Scheduler):
 
     def _sample(self, logits) -> None:
         super()._sample(logits)
-        stop = (row_uniforms(self.seed ^ 0x5BD1E995, [s.index for s in self.running],
+        stop = (row_uniforms(self.seed ^ HAZARD_SALT, [s.index for s in self.running],
                              [len(s.tokens) for s in self.running]) < 1 / self.mean).tolist()
         for s, hit in zip(self.running, stop):
             if hit:

@@ -132,6 +132,14 @@ def fill_pool(rollout: SegmentRollout, unfinished: UnfinishedPool, experience: E
 
     `train.pipeline=overlap` fills the next step's batch this way while the learner computes the current
     update, so the filled pool is part of the step-boundary state a checkpoint saves."""
+    try:
+        return _fill(rollout, unfinished, experience, n_groups, settings)
+    finally:
+        rollout.end_step()
+
+
+def _fill(rollout: SegmentRollout, unfinished: UnfinishedPool, experience: ExperiencePool, n_groups: int,
+          settings: CollectSettings) -> Collected:
     counts: Counter = Counter()
     out, seen, limits = Collected([], counts), RoundsSeen(), settings.limits
     while experience.num_ready() < n_groups:

@@ -2,10 +2,14 @@
 
 A round (1) takes every unfinished sample plus enough new prompts (G samples each)
 to bring the decode batch to its target, (2) decodes at most L/M new tokens for
-each, all with the *current* weights (continued samples are re-prefilled from their
-full prefix: the old KV cache belongs to old weights), and (3) routes each sample
+each, all with the *current* weights, and (3) routes each sample
 by its stop reason: EOS -> finished; global cap L reached -> finished as truncated;
 segment cap -> back to the unfinished pool.
+
+A continued sample is prefilled again from its full prefix when the weights changed since its last segment
+(the old KV cache belongs to old weights). Between the rounds of one step they did not: an engine that keeps
+K/V between calls (`keeps_rows`, the torch engine) is asked to keep the unfinished rows' K/V, and continues
+them without prefilling; `end_step` gives back what is still kept when the step's rounds are over.
 
 With M = 1 every sample finishes in its first round: ordinary synchronous rollout.
 """
@@ -38,7 +42,7 @@ class RoundResult:
     new_prompts: int
     continued: int
     decoded_tokens: int
-    reprefill_tokens: int  # response tokens of continued samples, prefilled again under new weights
+    reprefill_tokens: int  # response tokens of continued samples that the engine prefilled again
     max_staleness: int  # max over finished samples of (version now - version of their first segment)
     decode_slots: int  # batch rows x decode iterations of this round
     prefill_tokens: int = 0  # prefix tokens the engine prefilled (prompts + re-prefilled responses)
@@ -71,15 +75,16 @@ class SegmentRollout:
             for d in draws for k in range(self.G)
         ]
         batch = continued + fresh
-        reprefill = sum(t.response_len for t in continued)
         st = self.engine.stats
         pre0, pad0 = st.prefill_tokens, st.prefill_padded_tokens
+        keep = {"keep": True} if getattr(self.engine, "keeps_rows", False) else {}
         try:
             outs = self.engine.generate([t.prompt_tokens + t.response_tokens for t in batch], self.segment_len,
-                                        self.params, seed=self.seed * 1_000_003 + self.rounds)
+                                        self.params, seed=self.seed * 1_000_003 + self.rounds, **keep)
         except Exception as e:
             raise SampleError(f"rollout round {self.rounds} (step {step + 1}): the engine", batch, e) from e
         self.rounds += 1
+        reprefill = sum(t.response_len for t, out in zip(continued, outs) if not out.resumed)
         finished, decoded, staleness = [], 0, 0
         for traj, out in zip(batch, outs):
             traj.append_segment(out.tokens, out.logprobs, version)
@@ -99,6 +104,12 @@ class SegmentRollout:
                            decoded_tokens=decoded, reprefill_tokens=reprefill, max_staleness=staleness,
                            decode_slots=len(batch) * iterations, prefill_tokens=self.engine.stats.prefill_tokens - pre0,
                            prefill_padded_tokens=self.engine.stats.prefill_padded_tokens - pad0)
+
+    def end_step(self) -> None:
+        """The step's rounds are over: the weights change next, so K/V kept for unfinished rows is of no use."""
+        release = getattr(self.engine, "release_kept", None)
+        if release is not None:
+            release()
 
     def state_dict(self) -> dict:
         return {"rounds": self.rounds}

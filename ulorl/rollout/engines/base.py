@@ -48,6 +48,7 @@ class GenerationOutput:
     logprobs: list[float]
     eos: bool
     prefill_tokens: int = 0
+    resumed: bool = False  # continued from K/V the engine kept from its last call (not prefilled again)
 
 
 @dataclass

@@ -82,6 +82,11 @@ class BlockManager:
                 self.high_water = max(self.high_water, got[-1] + 1)
         return got
 
+    def reown(self, blocks: list[int], uid: int) -> None:
+        """`blocks`, held by one sequence alone, now belong to sequence `uid` (a kept row in a new call)."""
+        if blocks:
+            self.owner[blocks] = uid
+
     def share(self, blocks: list[int]) -> None:
         """One more holder for each of `blocks` (full blocks only: nobody writes into a shared block)."""
         for b in blocks:

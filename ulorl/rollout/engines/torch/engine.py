@@ -12,7 +12,9 @@ modules. One role per file, as in nano-vllm's engine/:
   attention call per layer reading each row's own blocks (split-K over the pool: the CPU default);
 - `table_attention.py` and `graph_decoder.py`: the same decode with fixed shapes over padded block tables
   (flex_attention or a gather), captured as CUDA graphs per batch bucket and replayed (the CUDA default);
-- `sampler.py`: temperature / top-k / top-p with one random stream per row.
+- `sampler.py`: temperature / top-k / top-p with one random stream per row;
+- `kept_rows.py`: with `generate(..., keep=True)`, the K/V of rows stopped at `max_new_tokens`, kept for the next
+  call that continues them under the same weights (segment rollout's rounds within a step).
 
 The contract is every engine's (`base.py`): behaviour log-probs are `log_softmax(logits / T)` of the sampled
 token, in float32 from the logits, before top-k/top-p; runs with a seed reproduce (the schedule depends only
@@ -34,6 +36,7 @@ from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingPa
 from ulorl.rollout.engines.registry import DecodeAttention
 from ulorl.rollout.engines.torch.block_manager import BlockManager
 from ulorl.rollout.engines.torch.graph_decoder import GraphMode, TableDecoder
+from ulorl.rollout.engines.torch.kept_rows import KeptRows, weights_version
 from ulorl.rollout.engines.torch.kv_cache import GIB, PagedKVCache, check_budget, physical_memory_bytes, pool_blocks
 from ulorl.rollout.engines.torch.runner import ModelRunner
 from ulorl.rollout.engines.torch.scheduler import Scheduler
@@ -55,6 +58,7 @@ class TorchEngine:
     """Continuous-batching engine over a Llama-family transformers model."""
 
     continuous_batching = True  # see `Engine`: callers may send every prefix in one call
+    keeps_rows = True  # `generate(..., keep=True)` keeps unfinished rows' K/V for the next call (`kept_rows.py`)
     scheduler_cls = Scheduler  # benchmarks substitute a subclass (e.g. forced EOS from a length schedule)
 
     def __init__(self, model, eos_ids: list[int], max_batch: int = 256, kv_cache_gib: float = 4.0,
@@ -86,6 +90,7 @@ class TorchEngine:
         self.cache: PagedKVCache | None = None
         self.blocks: BlockManager | None = None
         self.table: TableDecoder | None = None
+        self.kept = KeptRows()
 
     @property
     def dtype(self) -> torch.dtype:
@@ -114,17 +119,27 @@ class TorchEngine:
             self.cache = PagedKVCache(shape, self.block_size, n, dev)
             self.blocks = BlockManager(n, self.block_size, dev)
             self.table = None
+            self.kept = KeptRows()  # kept rows lived in the old pool
             if self.decode_attention is not DecodeAttention.SPLIT_K:  # graphs hold the pool's addresses: per pool
                 backend = table_backend(self.decode_attention.value, compiled=dev.type == "cuda")
                 self.table = TableDecoder(self.runner, self.cache, backend, self.max_batch, self.graph_mode.value)
         return self.cache, self.blocks
 
+    def release_kept(self) -> None:
+        """Give back the blocks of the rows the last `keep=True` call kept (a caller that will not continue them)."""
+        if len(self.kept):
+            self.kept.release_all()
+
     @torch.no_grad()
     def generate(self, prefixes: list[list[int]], max_new_tokens: int, params: SamplingParams,
-                 seed: int | None = None, progress: Callable[[int], None] | None = None) -> list[GenerationOutput]:
-        """`progress(n)` is called when n rows finish (for a progress bar over a long call)."""
+                 seed: int | None = None, progress: Callable[[int], None] | None = None,
+                 keep: bool = False) -> list[GenerationOutput]:
+        """`progress(n)` is called when n rows finish (for a progress bar over a long call). `keep`: rows that stop at
+        `max_new_tokens` keep their K/V for the next call, which continues a row without prefilling it when its
+        prefix is this call's `prefix + tokens` and the weights have not changed (`kept_rows.py`)."""
         check_prefixes(prefixes, max_new_tokens)
         if not prefixes:
+            self.release_kept()
             return []
         cache, blocks = self._pool_for(max(len(p) for p in prefixes) + max_new_tokens)
         if seed is None:
@@ -135,7 +150,7 @@ class TorchEngine:
             scheduler = self.scheduler_cls(self.runner, cache, blocks, self.stats, prefixes, max_new_tokens, params,
                                            seed, self.eos_ids, self.max_batch, self.prefill_tokens, progress,
                                            0 if self.table else RUN_MIN_BLOCKS.get(self.runner.device.type, 0),
-                                           self.table)
+                                           self.table, self.kept, keep, weights_version(self.model))
             return scheduler.run()
         finally:
             self.model.train(was_training)

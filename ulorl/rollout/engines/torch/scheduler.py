@@ -26,6 +26,12 @@ their blocks are freed, and they go back to the front of the queue with their to
 to be prefilled again (`prefix + tokens`) when blocks free up. Nothing is dropped, and because each row
 samples from its own random stream (`sampler.py`) the tokens are those of an unconstrained run.
 
+Kept rows (`kept_rows.py`): with `keep`, a row that stops at `max_new` (not at EOS) keeps its blocks when the
+call ends, for a next call that continues it under the same weights; such a row starts the next call in the
+running batch, its last token fed by the first decode step, with no prefill. On CPU a resumed row long enough
+for a run has its blocks copied into one at the top of the pool (the layout a prefill would have given it). While the call runs, the rows it
+keeps are released (newest first) whenever blocks are short, before any running row is preempted.
+
 Decode goes through the split-K plan (`attention.py`, the CPU path: compaction and runs serve it), or, when the
 engine has a `TableDecoder` (CUDA), through fixed-shape steps over the rows' block tables (`graph_decoder.py`).
 
@@ -43,6 +49,7 @@ from ulorl.rollout.engines.base import GenerationOutput, SamplingParams
 from ulorl.rollout.engines.torch.attention import build_decode_plan
 from ulorl.rollout.engines.torch.block_manager import BlockManager
 from ulorl.rollout.engines.torch.graph_decoder import TableDecoder
+from ulorl.rollout.engines.torch.kept_rows import KeptRow, KeptRows
 from ulorl.rollout.engines.torch.kv_cache import PagedKVCache
 from ulorl.rollout.engines.torch.runner import ModelRunner
 from ulorl.rollout.engines.torch.sampler import row_uniforms, sample_tokens
@@ -56,12 +63,14 @@ COMPACT_MIN_HOLES = 16
 
 
 class Scheduler:
-    """Runs one call to completion over `cache` / `blocks` (both empty at the start and at the end)."""
+    """Runs one call to completion over `cache` / `blocks` (holding at the start and at the end only the blocks of
+    the rows in `kept`, valid for weights `version`)."""
 
     def __init__(self, runner: ModelRunner, cache: PagedKVCache, blocks: BlockManager, stats, prefixes: list[list[int]],
                  max_new: int, params: SamplingParams, seed: int, eos_ids: list[int], max_batch: int,
                  prefill_tokens: int, progress: Callable[[int], None] | None = None, run_min_blocks: int = 0,
-                 table: TableDecoder | None = None) -> None:
+                 table: TableDecoder | None = None, kept: KeptRows | None = None, keep: bool = False,
+                 version: tuple[int, ...] = ()) -> None:
         self.runner, self.cache, self.blocks, self.stats = runner, cache, blocks, stats
         self.params, self.seed, self.eos = params, seed, set(eos_ids)
         self.max_batch, self.prefill_tokens, self.progress = max_batch, prefill_tokens, progress
@@ -72,16 +81,52 @@ class Scheduler:
         self.waiting: deque[Sequence] = deque(self.seqs)
         self.running: list[Sequence] = []
         self._shared_pairs: tuple[torch.Tensor, torch.Tensor] | None = None  # cached while `running` is unchanged
+        self.kept, self.keep, self.version = kept, keep, version
+        self.parked: list[Sequence] = []  # rows done at `max_new` whose blocks this call keeps (with `keep`)
+        self.resumed: set[int] = set()  # indices of the rows that started from kept K/V
+        if kept is not None and len(kept):
+            self._resume()
 
     def run(self) -> list[GenerationOutput]:
-        logits = self._admit(None)
+        logits = self._decode() if self.running else None  # resumed rows: their last token gives their logits
+        logits = self._admit(logits)
         while self.running:
             self._sample(logits)
             self._retire()
             logits = self._decode() if self.running else None
             logits = self._admit(logits)
-        return [GenerationOutput(tokens=s.tokens, logprobs=s.logprobs, eos=s.eos, prefill_tokens=len(s.prefix))
-                for s in self.seqs]
+        for s in self.parked:
+            self.kept.add(KeptRow(tuple(s.prefix + s.tokens[:-1]), s.blocks, s.shared, s.run), self.version,
+                          self.blocks)
+        outs = []
+        for s in self.seqs:
+            resumed = s.index in self.resumed and not s.preemptions  # a preempted row was prefilled after all
+            outs.append(GenerationOutput(tokens=s.tokens, logprobs=s.logprobs, eos=s.eos,
+                                         prefill_tokens=0 if resumed else len(s.prefix), resumed=resumed))
+        return outs
+
+    def _resume(self) -> None:
+        """Start the rows that continue a kept row (same weights, same pool) from its blocks; release the rest."""
+        if self.kept.valid_for(self.version, self.blocks):
+            for s in self.seqs:
+                if len(self.running) == self.max_batch:
+                    break
+                row = self.kept.take(tuple(s.prefix[:-1]))
+                if row is None:
+                    continue
+                s.blocks, s.shared, s.run, s.cached = row.blocks, row.shared, row.run, len(s.prefix) - 1
+                self.blocks.reown(row.blocks[row.shared:], s.index)
+                if 0 < self.run_min_blocks <= s.cached // self.blocks.block_size and s.run < len(s.blocks):
+                    self._into_run(s)
+                self.running.append(s)
+                self.resumed.add(s.index)
+            self.waiting = deque(s for s in self.seqs if s.index not in self.resumed)
+            if self.run_min_blocks:  # the blocks left below the runs' old places: packed, as after a prefill
+                self._compact()
+            self.stats.extra["resumed_rows"] = self.stats.extra.get("resumed_rows", 0) + len(self.resumed)
+            self.stats.extra["resumed_tokens"] = self.stats.extra.get("resumed_tokens", 0) + \
+                sum(s.cached for s in self.running)
+        self.kept.release_all()
 
     # --- one step -------------------------------------------------------------------------------------------
 
@@ -102,7 +147,10 @@ class Scheduler:
         if not done:
             return
         for s in done:
-            self._free(s)
+            if self.keep and not s.eos:
+                self.parked.append(s)
+            else:
+                self._free(s)
         self.running = [s for s in self.running if not s.done]
         self._shared_pairs = None
         if self.progress is not None:
@@ -115,12 +163,13 @@ class Scheduler:
             need = sum(1 for s in self.running if s.cached // bs == len(s.blocks))
             if need <= self.blocks.num_free:
                 break
-            self._preempt(self.running.pop())
+            if self._unpark() is None:
+                self._preempt(self.running.pop())
         for s in self.running:
             if s.cached // bs == len(s.blocks):
                 s.blocks += self.blocks.allocate(1, s.index)
         if self.table is not None:
-            logits = self.table.decode([s.tokens[-1] for s in self.running], [s.cached for s in self.running],
+            logits = self.table.decode([s.last_token for s in self.running], [s.cached for s in self.running],
                                        [s.blocks for s in self.running], self.capacity_blocks)
         else:
             logits = self._decode_split_k()
@@ -138,9 +187,10 @@ class Scheduler:
         """The step through the split-K plan (`attention.py`): compaction first when holes fill the pool."""
         bs = self.blocks.block_size
         hw = self.blocks.high_water
-        used = self.blocks.num_used - sum(s.run for s in self.running)  # the blocks of runs are at the top
+        held = self.running + self.parked
+        used = self.blocks.num_used - sum(s.run for s in held)  # the blocks of runs are at the top
         if hw - used >= COMPACT_MIN_HOLES and used < COMPACT_BELOW * hw and \
-                all(s.blocks[0] >= hw for s in self.running if s.run):  # a run that reached down is never moved
+                all(s.blocks[0] >= hw for s in held if s.run):  # a run that reached down is never moved
             self._compact()
         dev, n = self.cache.device, len(self.running)
         pos_list = [s.cached for s in self.running]
@@ -154,7 +204,7 @@ class Scheduler:
         runs, run_blocks = self._runs()
         plan = build_decode_plan(n, owner_row, last_block, pos % bs + 1, bs, self.cache.shape.dtype,
                                  shared_rows, shared_blocks, runs, run_blocks)
-        tokens = torch.tensor([s.tokens[-1] for s in self.running], device=dev)
+        tokens = torch.tensor([s.last_token for s in self.running], device=dev)
         return self.runner.decode(self.cache, tokens, pos, last_block, plan)
 
     def _shared(self) -> tuple[torch.Tensor, torch.Tensor]:
@@ -187,7 +237,7 @@ class Scheduler:
         """Move the blocks above the used count into the holes below it (K/V copied once, block tables remapped)."""
         moves = self.blocks.compact()
         self.cache.copy_blocks(list(moves), list(moves.values()))
-        for s in self.running:
+        for s in self.running + self.parked:
             s.blocks = [moves.get(b, b) for b in s.blocks]
         self._shared_pairs = None
         self.stats.extra["compacted_blocks"] = self.stats.extra.get("compacted_blocks", 0) + len(moves)
@@ -195,6 +245,30 @@ class Scheduler:
     def _free(self, s: Sequence) -> None:
         self.blocks.release(s.blocks, s.index)
         s.blocks, s.shared, s.run, s.cached = [], 0, 0, 0
+
+    def _into_run(self, s: Sequence) -> None:
+        """Copy a resumed row's blocks (grown one by one among other rows' during its last call) into consecutive
+        blocks at the top of the pool, read as one view like a long prefill's (see Runs); kept where the top has
+        no room or is fragmented. A copy of its K/V costs far less than the prefill it replaces."""
+        bm, n = self.blocks, len(s.blocks)
+        if bm.num_free < n:
+            return
+        top = bm.allocate(n, s.index, top=True)
+        if top[-1] - top[0] != n - 1:
+            bm.release(top, s.index)
+            return
+        self.cache.copy_blocks(s.blocks, top)
+        bm.release(s.blocks, s.index)
+        s.blocks, s.shared, s.run = top, 0, n
+
+    def _unpark(self) -> int | None:
+        """Release the newest kept row of this call; returns the blocks that freed (None: none was kept)."""
+        if not self.parked:
+            return None
+        before = self.blocks.num_free
+        self._free(self.parked.pop())
+        self.stats.extra["kept_rows_released"] = self.stats.extra.get("kept_rows_released", 0) + 1
+        return self.blocks.num_free - before
 
     def _preempt(self, s: Sequence) -> None:
         self._free(s)
@@ -229,7 +303,11 @@ class Scheduler:
                     break
                 group.pop()
             if not group:
-                break
+                freed = self._unpark()
+                if freed is None:
+                    break
+                free += freed
+                continue
             for _ in group:
                 self.waiting.popleft()
             free -= need

@@ -33,6 +33,12 @@ class Sequence:
         return self.prefix + self.tokens
 
     @property
+    def last_token(self) -> int:
+        """The token the next decode step feeds (the last sampled one; a row resumed from kept K/V: its prefix's
+        last)."""
+        return self.tokens[-1] if self.tokens else self.prefix[-1]
+
+    @property
     def length(self) -> int:
         return len(self.prefix) + len(self.tokens)
 
