@@ -22,7 +22,8 @@ time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
 4. `segment_rollout`: the 0.5B shape, `SegmentRollout` with 32 groups x 8 per round, L = 16k, geometric
    lengths with mean L/8, M = 1, 4, 2, 8 (in that order), each until 256 samples finished: trained (finished)
    samples per second of rollout and decoded tokens/s. Target: M = 4 >= 1.6x M = 1. Seconds per sample leave
-   out the work left in the unfinished pool (M > 1), which favours M = 1.
+   out the work left in the unfinished pool (M > 1), which favours M = 1. Each round stands for a training
+   step: continued rows are prefilled again every round (nothing is kept between rounds), as after an update.
 
 Parts run in the order 0, 1, `decode_paths`, 4 (M = 1 and 4: the headline), 2, 3, 4 (M = 2 and 8) within
 `--budget-s` (default 300 s): a part that would start after the budget
@@ -289,6 +290,7 @@ def segment_rollout(model, dev, m: int, L: int, groups: int, target: int) -> dic
     t0 = time.perf_counter()
     while done < target:
         res = ro.round(pool, rounds, rounds)
+        ro.end_step()  # each round stands for a step: new weights, so continued rows are prefilled again
         rounds += 1
         done += len(res.finished)
         decoded += res.decoded_tokens
