@@ -196,3 +196,17 @@ def test_compaction_moves_kept_rows_with_their_tables(tiny_model_dir, monkeypatc
     second = kept.generate([p + o.tokens for p, o in zip(prefixes, first)], 8, params, seed=4)
     assert sum(o.resumed for o in second) > 0
     assert [o.tokens for o in second] == [o.tokens for o in a2]
+
+
+def test_a_call_that_continues_some_kept_rows_releases_the_others_before_compacting(tiny_model_dir):
+    """Rows 0 and 1 are resumed and copied into runs at the top, leaving holes at the bottom; the kept rows nobody
+    continues lie above those holes. They are released before the holes are compacted: compaction must not move
+    blocks that a released row's table still names."""
+    model = _shaken(tiny_model_dir)
+    eng = TorchEngine(model, NEVER, block_size=4)
+    prefixes = [[5 + (i * 7 + j) % 40 for j in range(30)] for i in range(10)]  # 7 full blocks: prefilled at the bottom
+    first = eng.generate(prefixes, 10, SamplingParams(greedy=True), keep=True)
+    assert len(eng.kept) == 10
+    outs = eng.generate([p + o.tokens for p, o in zip(prefixes[:2], first[:2])], 4, SamplingParams(greedy=True))
+    assert [o.resumed for o in outs] == [True, True]
+    assert eng.blocks.num_used == 0 and eng.blocks.refs == [0] * eng.blocks.num_blocks

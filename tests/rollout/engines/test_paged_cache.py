@@ -47,6 +47,8 @@ def test_block_manager_by_hand():
     assert bm.high_water == 3  # blocks 3 and 4 were the top ones
     with pytest.raises(MemoryError):
         bm.allocate(4, uid=10)  # 3 free
+    with pytest.raises(RuntimeError, match="block 4 released by sequence 8 but held by none"):
+        bm.release([4], uid=8)  # released twice: a table naming a block it no longer holds
 
 
 def test_compaction_moves_the_top_blocks_into_the_holes():

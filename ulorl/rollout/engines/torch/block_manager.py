@@ -99,6 +99,8 @@ class BlockManager:
         holder reads it through the shared path)."""
         freed = []
         for b in blocks:
+            if self.refs[b] < 1:
+                raise RuntimeError(f"block {b} released by sequence {uid} but held by none")
             self.refs[b] -= 1
             if self.refs[b] == 0:
                 heapq.heappush(self._low, b)

@@ -29,8 +29,9 @@ samples from its own random stream (`sampler.py`) the tokens are those of an unc
 Kept rows (`kept_rows.py`): with `keep`, a row that stops at `max_new` (not at EOS) keeps its blocks when the
 call ends, for a next call that continues it under the same weights; such a row starts the next call in the
 running batch, its last token fed by the first decode step, with no prefill. On CPU a resumed row long enough
-for a run has its blocks copied into one at the top of the pool (the layout a prefill would have given it). While the call runs, the rows it
-keeps are released (newest first) whenever blocks are short, before any running row is preempted.
+for a run has its blocks copied into one at the top of the pool, and the blocks below are compacted: the layout a
+prefill would have given. While the call runs, the rows it keeps are released (newest first) whenever blocks are
+short, before any running row is preempted.
 
 Decode goes through the split-K plan (`attention.py`, the CPU path: compaction and runs serve it), or, when the
 engine has a `TableDecoder` (CUDA), through fixed-shape steps over the rows' block tables (`graph_decoder.py`).
@@ -121,12 +122,12 @@ class Scheduler:
                 self.running.append(s)
                 self.resumed.add(s.index)
             self.waiting = deque(s for s in self.seqs if s.index not in self.resumed)
-            if self.run_min_blocks:  # the blocks left below the runs' old places: packed, as after a prefill
-                self._compact()
             self.stats.extra["resumed_rows"] = self.stats.extra.get("resumed_rows", 0) + len(self.resumed)
             self.stats.extra["resumed_tokens"] = self.stats.extra.get("resumed_tokens", 0) + \
                 sum(s.cached for s in self.running)
         self.kept.release_all()
+        if self.run_min_blocks and self._runs_above(self.running):  # the holes the resumed rows left: packed
+            self._compact()
 
     # --- one step -------------------------------------------------------------------------------------------
 
@@ -189,8 +190,7 @@ class Scheduler:
         hw = self.blocks.high_water
         held = self.running + self.parked
         used = self.blocks.num_used - sum(s.run for s in held)  # the blocks of runs are at the top
-        if hw - used >= COMPACT_MIN_HOLES and used < COMPACT_BELOW * hw and \
-                all(s.blocks[0] >= hw for s in held if s.run):  # a run that reached down is never moved
+        if hw - used >= COMPACT_MIN_HOLES and used < COMPACT_BELOW * hw and self._runs_above(held):
             self._compact()
         dev, n = self.cache.device, len(self.running)
         pos_list = [s.cached for s in self.running]
@@ -232,6 +232,11 @@ class Scheduler:
         return runs, (torch.cat(covered).to(dev) if covered else torch.zeros(0, dtype=torch.long, device=dev))
 
     # --- blocks ---------------------------------------------------------------------------------------------
+
+    def _runs_above(self, seqs: list[Sequence]) -> bool:
+        """Whether every run of `seqs` lies above the high-water mark (a run that reached down is never moved)."""
+        hw = self.blocks.high_water
+        return all(s.blocks[0] >= hw for s in seqs if s.run)
 
     def _compact(self) -> None:
         """Move the blocks above the used count into the holes below it (K/V copied once, block tables remapped)."""
