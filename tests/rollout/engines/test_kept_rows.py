@@ -16,19 +16,9 @@ from ulorl.rollout.prompt_source import PromptSource
 from ulorl.rollout.segment import SegmentRollout
 
 from tests.rollout.engines.test_paged_cache import _gib
-from tests.rollout.engines.test_torch import T, _learner_logprobs, _prefixes
+from tests.rollout.engines.test_torch import T, _prefixes, shaken_model, two_segments_match_the_learner
 
 NEVER = [10_000]  # an EOS id never sampled: every row runs to max_new_tokens
-
-
-def _shaken(tiny_model_dir):
-    """The built-in model with seeded noise on its weights (its greedy output depends on the whole context)."""
-    model = load_model(str(tiny_model_dir))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.3)
-    return model
 
 
 def _two_calls(eng: TorchEngine, prefixes, params, keep: bool, n1: int = 9, n2: int = 11):
@@ -38,7 +28,7 @@ def _two_calls(eng: TorchEngine, prefixes, params, keep: bool, n1: int = 9, n2: 
 
 
 def test_continued_rows_resume_from_kept_blocks_with_the_prefilled_output(tiny_model_dir):
-    model = _shaken(tiny_model_dir)
+    model = shaken_model(tiny_model_dir)
     params = SamplingParams(temperature=1.0, top_k=20)
     prefixes = _prefixes(7)
     plain = TorchEngine(model, NEVER, max_batch=4, block_size=4)  # 7 rows through 4: kept rows and waiting ones
@@ -59,31 +49,19 @@ def test_continued_rows_resume_from_kept_blocks_with_the_prefilled_output(tiny_m
 
 
 def test_kept_rows_match_the_learner(tiny_model_dir):
-    """The float32 contract (1e-5 against the learner) holds for a segment continued from kept K/V."""
+    """The float32 contract (1e-5 against the learner) holds for a segment continued from kept K/V, rows copied into
+    a run included (contexts of up to 25 + 11 tokens: 8 full blocks of 4, RUN_MIN_BLOCKS on CPU)."""
     tok, model = load_tokenizer(str(tiny_model_dir)), load_model(str(tiny_model_dir))
     eng = TorchEngine(model, [tok.eos_token_id], max_batch=8, block_size=4)
     params = SamplingParams(temperature=T, top_k=20, top_p=0.9)
-    prefixes = _prefixes(6)
-    first = eng.generate(prefixes, 12, params, seed=3, keep=True)
-    cont = [p + o.tokens for p, o in zip(prefixes, first) if not o.eos]
-    # rows of >= 8 full blocks (RUN_MIN_BLOCKS on CPU) are copied into a run at the top of the pool when resumed
-    assert max(len(c) for c in cont) - 1 >= 8 * 4
-    second = iter(eng.generate(cont, 12, params, seed=4))
-    resumed = 0
-    for p, o in zip(prefixes, first):
-        segs = [(o.tokens, o.logprobs)]
-        if not o.eos:
-            o2 = next(second)
-            resumed += o2.resumed
-            segs.append((o2.tokens, o2.logprobs))
-        learner, engine = _learner_logprobs(model, tok, p, segs)
-        assert torch.allclose(learner, engine, atol=1e-5, rtol=0), (learner - engine).abs().max()
-    assert resumed == len(cont) > 0
+    assert two_segments_match_the_learner(eng, model, tok, _prefixes(6), params, keep=True) >= 6 * 13
+    assert eng.stats.extra["resumed_rows"] == 6  # every row continued from its kept K/V
+    assert eng.blocks.num_used == 0
 
 
 @pytest.mark.parametrize("change", ["optimizer step", "load_state_dict"])
 def test_changed_weights_release_the_kept_rows(tiny_model_dir, change):
-    model = _shaken(tiny_model_dir)
+    model = shaken_model(tiny_model_dir)
     eng = TorchEngine(model, NEVER, block_size=4)
     prefixes = _prefixes(3)
     first = eng.generate(prefixes, 6, SamplingParams(greedy=True), keep=True)
@@ -102,7 +80,7 @@ def test_changed_weights_release_the_kept_rows(tiny_model_dir, change):
 
 
 def test_rows_not_continued_are_released_and_eos_rows_are_not_kept(tiny_model_dir):
-    model = _shaken(tiny_model_dir)
+    model = shaken_model(tiny_model_dir)
     eng = TorchEngine(model, list(range(400, 450)), block_size=4)  # some rows end at EOS, others at the cap
     prefixes = _prefixes(9)
     first = eng.generate(prefixes, 20, SamplingParams(greedy=True), keep=True)
@@ -117,7 +95,7 @@ def test_rows_not_continued_are_released_and_eos_rows_are_not_kept(tiny_model_di
 def test_a_short_pool_releases_kept_rows_before_preempting(tiny_model_dir):
     """Rows kept while others still run hold blocks; a pool that runs short takes them back first, so the call
     preempts exactly as often as one that keeps nothing, with the same output."""
-    model = _shaken(tiny_model_dir)
+    model = shaken_model(tiny_model_dir)
     params = SamplingParams(temperature=1.0)
     prefixes = _prefixes(8)
     eos = list(range(400, 430))  # rows stop at different times: some are kept while others still run
@@ -139,7 +117,7 @@ def test_a_short_pool_releases_kept_rows_before_preempting(tiny_model_dir):
 def test_segment_rounds_of_one_step_continue_from_kept_rows(tiny_model_dir):
     """Two rounds of one step with the torch engine: the second continues every unfinished sample from its kept
     K/V (no response token prefilled again); the step's end gives every block back."""
-    tok, model = load_tokenizer(str(tiny_model_dir)), _shaken(tiny_model_dir)
+    tok, model = load_tokenizer(str(tiny_model_dir)), shaken_model(tiny_model_dir)
     eng = TorchEngine(model, NEVER, block_size=4)
     from ulorl.data.records import PromptRecord
 
@@ -181,7 +159,7 @@ def test_compaction_moves_kept_rows_with_their_tables(tiny_model_dir, monkeypatc
 
     monkeypatch.setattr(BlockManager, "compact", recording)
     monkeypatch.setattr(scheduler, "COMPACT_MIN_HOLES", 2)
-    model = _shaken(tiny_model_dir)
+    model = shaken_model(tiny_model_dir)
     eos = list(range(400, 440))
     prefixes = _prefixes(16)
     params = SamplingParams(temperature=1.0)
@@ -202,7 +180,7 @@ def test_a_call_that_continues_some_kept_rows_releases_the_others_before_compact
     """Rows 0 and 1 are resumed and copied into runs at the top, leaving holes at the bottom; the kept rows nobody
     continues lie above those holes. They are released before the holes are compacted: compaction must not move
     blocks that a released row's table still names."""
-    model = _shaken(tiny_model_dir)
+    model = shaken_model(tiny_model_dir)
     eng = TorchEngine(model, NEVER, block_size=4)
     prefixes = [[5 + (i * 7 + j) % 40 for j in range(30)] for i in range(10)]  # 7 full blocks: prefilled at the bottom
     first = eng.generate(prefixes, 10, SamplingParams(greedy=True), keep=True)

@@ -13,7 +13,7 @@ from ulorl.rollout.engines.torch.attention import build_decode_plan, paged_decod
 from ulorl.rollout.engines.torch.block_manager import FREE, BlockManager
 from ulorl.rollout.engines.torch.sampler import row_uniforms, sample_tokens
 
-from tests.rollout.engines.test_torch import T, _learner_logprobs, _prefixes
+from tests.rollout.engines.test_torch import T, _learner_logprobs, _prefixes, shaken_model
 
 BYTES_PER_TOKEN = 1536  # the tiny model: 3 layers x 2 KV heads x 32 dims x (K, V) x 4 bytes
 
@@ -24,12 +24,7 @@ def _gib(blocks: int, block_size: int) -> float:
 
 @pytest.fixture(scope="module")
 def shaken(tiny_model_dir):
-    model = load_model(str(tiny_model_dir))
-    gen = torch.Generator().manual_seed(0)
-    with torch.no_grad():
-        for p in model.parameters():
-            p.add_(torch.randn(p.shape, generator=gen) * 0.3)
-    return model
+    return shaken_model(tiny_model_dir)
 
 
 def test_block_manager_by_hand():

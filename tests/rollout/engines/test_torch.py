@@ -30,16 +30,21 @@ def fresh(tiny_model_dir):
     return load_tokenizer(str(tiny_model_dir)), load_model(str(tiny_model_dir))
 
 
-@pytest.fixture(scope="module")
-def tiny(tiny_model_dir):
+def shaken_model(model_dir):
     """The built-in model with its weights shaken (seeded): the fresh model's greedy output repeats one token,
     this one's depends on the whole context, so a wrong K/V anywhere changes the tokens."""
-    tok, model = load_tokenizer(str(tiny_model_dir)), load_model(str(tiny_model_dir))
+    model = load_model(str(model_dir))
     gen = torch.Generator().manual_seed(0)
     with torch.no_grad():
         for p in model.parameters():
             p.add_(torch.randn(p.shape, generator=gen) * 0.3)
-    return tok, model
+    return model
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_model_dir):
+    """The tokenizer and `shaken_model`."""
+    return load_tokenizer(str(tiny_model_dir)), shaken_model(tiny_model_dir)
 
 
 def _prefixes(n: int) -> list[list[int]]:
@@ -61,10 +66,12 @@ def _learner_logprobs(model, tok, prefix: list[int], segments: list[tuple[list[i
     return ours, torch.tensor([x for _, lps in segments for x in lps])
 
 
-def two_segments_match_the_learner(eng, model, tok, prefixes: list[list[int]], params: SamplingParams) -> int:
+def two_segments_match_the_learner(eng, model, tok, prefixes: list[list[int]], params: SamplingParams,
+                                   keep: bool = False) -> int:
     """Generate 12 tokens per prefix, continue every unfinished row by 12 more in a second call, and assert that
-    the engine's log-probs equal the learner's within 1e-5 at every response position; returns how many."""
-    first = eng.generate(prefixes, 12, params, seed=3)
+    the engine's log-probs equal the learner's within 1e-5 at every response position; returns how many.
+    `keep`: the first call keeps the unfinished rows' K/V for the second (`kept_rows.py`)."""
+    first = eng.generate(prefixes, 12, params, seed=3, **({"keep": True} if keep else {}))
     cont = [p + o.tokens for p, o in zip(prefixes, first) if not o.eos]
     second = iter(eng.generate(cont, 12, params, seed=4))
     checked = 0
