@@ -26,6 +26,33 @@ def test_sft_loss_goes_down_and_saves_a_loadable_model(tmp_path, tiny_model_dir)
     assert gen.shape[1] > ids["input_ids"].shape[1]
 
 
+def test_sft_threads_train_the_same_weights_and_restore_the_count(tmp_path, tiny_model_dir, monkeypatch):
+    """`sft.threads` sets torch's thread count for the SFT only; on CPU its ops give the weights of one thread."""
+    import torch
+    from safetensors.torch import load_file
+
+    cfg = dict(steps=6, lr=3e-3, num_examples=100, batch_size=8)
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        one = run_sft(ModelConfig(path=str(tiny_model_dir)), SFTConfig(**cfg), tmp_path / "one", progress=False)
+        seen = []
+        real = torch.optim.AdamW.step
+
+        def step(self, *a, **k):  # the count while the SFT trains
+            seen.append(torch.get_num_threads())
+            return real(self, *a, **k)
+
+        monkeypatch.setattr(torch.optim.AdamW, "step", step)
+        two = run_sft(ModelConfig(path=str(tiny_model_dir)), SFTConfig(**cfg, threads=2), tmp_path / "two",
+                      progress=False)
+        assert set(seen) == {2} and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
+    a, b = load_file(one / "model.safetensors"), load_file(two / "model.safetensors")
+    assert all(torch.equal(a[k], b[k]) for k in a)
+
+
 def test_sft_command_uses_train_threads_as_train_does(tmp_path, monkeypatch, capsys):
     """`ulorl sft` sets `train.threads` before SFT as `ulorl train` does: a config's warm start runs with one thread
     count under both commands (the count changes torch's reduction order)."""

@@ -28,6 +28,9 @@ class SFTConfig:
     # examples, same size law), so that the per-step rule is learnt where no shortcut is (docs/long_run.md)
     short_steps: int = 0
     short_max_size: int = 20
+    # torch threads for the SFT's training steps (0: as `train.threads`); its ops gave bit-identical weights with
+    # 1 and 2 threads on CPU (docs/long_run.md), so a run whose engine wants one thread can train its SFT on two
+    threads: int = 0
 
     def __post_init__(self) -> None:
         for k in ("steps", "batch_size", "batch_tokens", "lr", "num_examples", "max_size"):
@@ -35,6 +38,7 @@ class SFTConfig:
         positive("sft.warmup_steps", self.warmup_steps, allow_zero=True)
         positive("sft.short_steps", self.short_steps, allow_zero=True)
         positive("sft.short_max_size", self.short_max_size)
+        positive("sft.threads", self.threads, allow_zero=True)
         if not 0.0 <= self.uniform <= 1.0:
             raise ConfigError(f"sft.uniform must be in [0, 1], got {self.uniform}")
         if self.short_steps > self.steps:

@@ -88,7 +88,18 @@ def lr_at(step: int, cfg: SFTConfig) -> float:
 
 
 def run_sft(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress: bool = True) -> Path:
-    """Train and save the warm-start model to `out_dir/model`; returns that folder."""
+    """Train and save the warm-start model to `out_dir/model`; returns that folder. With `cfg.threads`, torch uses
+    that many threads meanwhile, and the process's count again afterwards."""
+    threads = torch.get_num_threads()
+    if cfg.threads:
+        torch.set_num_threads(cfg.threads)
+    try:
+        return _train(model_cfg, cfg, out_dir, progress)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress: bool) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
