@@ -25,7 +25,7 @@ import os
 import statistics
 import time
 
-from bench_paged_engine import load_old_engine
+from bench_paged_engine import load_old_engine, old_stops
 from benchlib import emit, machine, quiet_torch
 from forced_eos import HAZARD_SALT, HazardEOS
 
@@ -36,22 +36,8 @@ def slot_engine(old, model, mean: float, eos_id: int):
     """The slot engine with the hazard schedule of `HazardEOS` (the same draws: seed, row, tokens so far)."""
     from ulorl.rollout.engines.torch.sampler import row_uniforms
 
-    base = old.__dict__.setdefault("_PlainRun", old._Run)
-
-    class Run(base):
-        def __init__(self, eng, prefixes, max_new, params, seed, progress=None):
-            super().__init__(eng, prefixes, max_new, params, seed, progress)
-            self.hazard_seed = seed
-
-        def _retire(self, tok):
-            u = row_uniforms(self.hazard_seed ^ HAZARD_SALT, self.req, [self.n_new[r] for r in self.req])
-            for i, (r, hit) in enumerate(zip(self.req, (u < 1 / mean).tolist())):
-                if hit:
-                    tok[i] = eos_id
-                    self.tokens[r, self.n_new[r] - 1] = eos_id
-            return super()._retire(tok)
-
-    old._Run = Run
+    old_stops(old, eos_id, lambda run, rows: (
+        row_uniforms(run.seed ^ HAZARD_SALT, rows, [run.n_new[r] for r in rows]) < 1 / mean).tolist())
     return old.TorchEngine(model, [eos_id], max_batch=256)
 
 

@@ -57,19 +57,29 @@ def load_old_engine(commit: str):
     return old
 
 
-def old_forced(old, eng, lengths: list[int], eos_id: int) -> None:
-    """The slot engine with the same forced EOS: its `_Run` replaces a row's token by `eos_id` at its length."""
+def old_stops(old, eos_id: int, stop) -> None:
+    """The slot engine with rows ended by `stop(run, rows)` -> one bool per live row (its `req`), called after each
+    sample: a stopped row's token becomes `eos_id` and it finishes as on a real EOS. `run.seed` is the call's seed."""
     base = old.__dict__.setdefault("_PlainRun", old._Run)  # not a previous workload's subclass
 
     class Run(base):
+        def __init__(self, eng, prefixes, max_new, params, seed, progress=None):
+            super().__init__(eng, prefixes, max_new, params, seed, progress)
+            self.seed = seed
+
         def _retire(self, tok):
-            for i, r in enumerate(self.req):
-                if self.n_new[r] >= lengths[r]:
+            for i, (r, hit) in enumerate(zip(self.req, stop(self, self.req))):
+                if hit:
                     tok[i] = eos_id
                     self.tokens[r, self.n_new[r] - 1] = eos_id
             return super()._retire(tok)
 
     old._Run = Run
+
+
+def old_forced(old, eng, lengths: list[int], eos_id: int) -> None:
+    """The slot engine with the same forced EOS: row r ends at `lengths[r]` tokens."""
+    old_stops(old, eos_id, lambda run, rows: [run.n_new[r] >= lengths[r] for r in rows])
 
 
 def prefix(i: int, n: int) -> list[int]:

@@ -127,8 +127,7 @@ class TorchEngine:
 
     def release_kept(self) -> None:
         """Give back the blocks of the rows the last `keep=True` call kept (a caller that will not continue them)."""
-        if len(self.kept):
-            self.kept.release_all()
+        self.kept.release_all()
 
     @torch.no_grad()
     def generate(self, prefixes: list[list[int]], max_new_tokens: int, params: SamplingParams,

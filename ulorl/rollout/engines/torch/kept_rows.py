@@ -71,12 +71,9 @@ class KeptRows:
     def valid_for(self, version: tuple[int, ...], manager: BlockManager) -> bool:
         return version == self.version and manager is self.manager
 
-    def release_all(self) -> int:
-        """Give every kept row's blocks back to its pool; returns the number of rows released."""
-        n = 0
+    def release_all(self) -> None:
+        """Give every kept row's blocks back to its pool."""
         for rows in self.rows.values():
             for row in rows:
                 self.manager.release(row.blocks, -1)
-                n += 1
         self.rows = {}
-        return n
