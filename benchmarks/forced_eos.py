@@ -5,7 +5,8 @@ tail it describes. `ForcedEOS.install(engine, lengths, eos)` makes the torch eng
 row's token by `eos` once it has sampled `lengths[row]` tokens (the row then finishes as on a real EOS; its
 log-prob is the sampled token's, which timing does not read). `HazardEOS.install(engine, mean, eos)` ends
 every token with probability 1 / mean instead (geometric lengths), which needs no row identity and so holds
-across the calls of segment rollout, where a sample's row index changes from call to call.
+across the calls of segment rollout, where a sample's row index changes from call to call; its draws follow the
+row's random stream, so a call split between engine processes stops the rows where one engine would.
 """
 
 from __future__ import annotations
@@ -54,7 +55,7 @@ class HazardEOS(Scheduler):
 
     def _sample(self, logits) -> None:
         super()._sample(logits)
-        stop = (row_uniforms(self.seed ^ HAZARD_SALT, [s.index for s in self.running],
+        stop = (row_uniforms(self.seed ^ HAZARD_SALT, [s.stream for s in self.running],
                              [len(s.tokens) for s in self.running]) < 1 / self.mean).tolist()
         for s, hit in zip(self.running, stop):
             if hit:

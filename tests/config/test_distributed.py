@@ -6,8 +6,8 @@ import pytest
 
 from ulorl.config import ConfigError, load_run_config
 from ulorl.distributed.placement import LocalPlacement, build_placement
-from ulorl.distributed.ray_engine import split_evenly, sum_stats
-from ulorl.rollout.engines.base import EngineStats
+from ulorl.distributed.ray_engine import split_evenly
+from ulorl.rollout.engines.base import EngineStats, sum_stats
 
 
 def test_defaults_are_one_local_process():

@@ -42,11 +42,14 @@ class TorchEngineConfig:
     decode_attention: str = "auto"  # DecodeAttention: auto (split_k on CPU, flex on CUDA) | split_k | flex | gather
     cuda_graphs: bool = True  # CUDA, flex/gather: capture each padded decode shape once as a CUDA graph, replay it
     block_size: int | None = None  # tokens per KV block; None: 32 on CPU, 64 on CUDA
+    # CPU: engine processes, one torch thread each; every call's rows are split between them (torch/processes.py)
+    procs: int = 1
 
     def __post_init__(self) -> None:
         check_choice("rollout.torch.decode_attention", self.decode_attention, DecodeAttention)
         if self.block_size is not None:
             positive("rollout.torch.block_size", self.block_size)
+        positive("rollout.torch.procs", self.procs)
 
 
 @dataclass

@@ -57,6 +57,12 @@ class RunConfig:
             raise ConfigError(f"model.lora.rank={self.model.lora.rank}: LoRA runs with rollout.engine=torch or hf, "
                               "train.pipeline=sync and distributed.backend=local (the adapters live in the one "
                               "in-process model; vLLM, Ray actors and the learner process are not wired for them yet)")
+        procs = self.rollout.torch.procs
+        if procs > 1 and (self.rollout.engine != "torch" or self.distributed.backend != "local"
+                          or not self.train.device.startswith("cpu")):
+            raise ConfigError(f"rollout.torch.procs={procs} splits each rollout call between CPU processes: it needs "
+                              f"rollout.engine=torch, distributed.backend=local and train.device=cpu (got "
+                              f"{self.rollout.engine}, {self.distributed.backend}, {self.train.device})")
         if self.train.pipeline == PipelineMode.OVERLAP:
             if self.algo.is_mode == "tois":
                 raise ConfigError("algo.is_mode=tois is true on-policy training; train.pipeline=overlap trains on "

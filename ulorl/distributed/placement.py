@@ -23,7 +23,7 @@ import torch
 from ulorl.config import ConfigError, PipelineMode, RunConfig
 from ulorl.config.distributed import BackendName
 from ulorl.learners.base import Learner
-from ulorl.rollout.engines.base import Engine
+from ulorl.rollout.engines.base import Engine, close_engine
 
 
 class Placement(Protocol):
@@ -43,12 +43,13 @@ class Placement(Protocol):
 class LocalPlacement:
     def __init__(self, cfg: RunConfig) -> None:
         self.cfg = cfg
-        self._learner, self._threads = None, None
+        self._learner, self._threads, self._engine = None, None, None
 
     def engine(self, model, tokenizer, eos_ids, **engine_kw) -> Engine:
         from ulorl.rollout.engines.registry import build_engine
 
-        return build_engine(self.cfg.rollout.engine, model, tokenizer, eos_ids, **engine_kw)
+        self._engine = build_engine(self.cfg.rollout.engine, model, tokenizer, eos_ids, **engine_kw)
+        return self._engine
 
     def learner(self, model, pad_id) -> Learner:
         t = self.cfg.train
@@ -69,6 +70,9 @@ class LocalPlacement:
         if self._learner is not None:
             self._learner.close()
             self._learner = None
+        if self._engine is not None:
+            close_engine(self._engine)
+            self._engine = None
         if self._threads is not None:
             torch.set_num_threads(self._threads)
             self._threads = None

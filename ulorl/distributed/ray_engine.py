@@ -16,13 +16,11 @@ are unknown in advance); a long-tailed batch may leave one actor waiting for ano
 
 from __future__ import annotations
 
-from dataclasses import fields
-
 import torch
 
 from ulorl.config.distributed import DistributedConfig
 from ulorl.distributed.ray_cluster import actor_threads, cpu_model, require_ray
-from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams
+from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams, sum_stats
 
 
 class EngineWorker:
@@ -57,18 +55,6 @@ def split_evenly(n: int, parts: int) -> list[tuple[int, int]]:
         bounds.append((lo, hi))
         lo = hi
     return bounds
-
-
-def sum_stats(stats: list[EngineStats]) -> EngineStats:
-    """Counters added up; `extra` entries added where numeric."""
-    out = EngineStats()
-    for s in stats:
-        for f in fields(EngineStats):
-            if f.name != "extra":
-                setattr(out, f.name, getattr(out, f.name) + getattr(s, f.name))
-        for k, v in s.extra.items():
-            out.extra[k] = out.extra.get(k, 0) + v if isinstance(v, (int, float)) else v
-    return out
 
 
 class RayEngine:

@@ -10,6 +10,7 @@ from pathlib import Path
 from ulorl.config.data import BUILTIN_CHAIN, DataConfig
 from ulorl.config.evaluation import EvalConfig
 from ulorl.config.loader import build
+from ulorl.config.rollout import TorchEngineConfig
 from ulorl.data.loaders import load_source
 from ulorl.errors import ConfigError
 from ulorl.evaluation.evaluator import EvalResult, evaluate
@@ -56,6 +57,8 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--engine", default=None, help="torch | hf | vllm (default: rollout.engine of --config, "
                         "else torch)")
+    parser.add_argument("--procs", type=int, default=None, help="torch engine on CPU: processes that share each "
+                        "call's rows, one thread each (default: rollout.torch.procs of --config, else 1)")
     parser.add_argument("--system-prompt", default=None, help="system message for every prompt that has none "
                         "(default: data.system_prompt of --config)")
     parser.add_argument("--chat-template-kwargs", default=None, metavar="JSON",
@@ -136,6 +139,14 @@ def _engine_name(args: argparse.Namespace) -> str:
     return RolloutConfig().engine
 
 
+def torch_options(args: argparse.Namespace) -> TorchEngineConfig:
+    """The torch engine's options: --config's `rollout.torch`, `--procs` over it."""
+    merged = dict(_preset(args, "rollout").get("torch") or {})
+    if args.procs is not None:
+        merged["procs"] = args.procs
+    return build(TorchEngineConfig, merged, "rollout.torch.")
+
+
 def _prompt_options(args: argparse.Namespace) -> dict:
     """system_prompt and chat_template_kwargs: the flags, else the preset's data section."""
     data = _preset(args, "data")
@@ -156,6 +167,7 @@ def run_eval(args: argparse.Namespace) -> int:
     """Evaluate `args.model` on every `args.data` source; write results.json and report.md."""
     from ulorl.models import eos_token_ids, load_model, load_tokenizer
     from ulorl.reward import RewardManager
+    from ulorl.rollout.engines.base import close_engine
     from ulorl.rollout.engines.registry import build_engine
 
     reward_cfg = reward_config_from_args(args)  # a bad function fails here, before any model loads
@@ -169,15 +181,18 @@ def run_eval(args: argparse.Namespace) -> int:
         sets[_name(source)] = records
     model = load_model(path, dtype=args.dtype, trust_remote_code=args.trust_remote_code, device=args.device)
     engine = build_engine(_engine_name(args), model, tokenizer, eos_token_ids(model, tokenizer),
-                          max_batch=cfg.batch_size, model_path=path, seed=cfg.seed)
+                          max_batch=cfg.batch_size, model_path=path, seed=cfg.seed, torch=torch_options(args))
     results: dict[str, EvalResult] = {}
-    with RewardManager(reward_cfg) as rm:
-        for name, records in sets.items():
-            results[name] = evaluate(engine, tokenizer, records, cfg, rm.score, name=name)
-            s = results[name].summary
-            print(f"{name}: avg@{cfg.k}={s['avg@k']:.4f} " + " ".join(
-                f"{k}={v:.4f}" for k, v in s.items() if k.startswith("pass@")) +
-                f" truncation_rate={s['truncation_rate']:.3f} mean_length={s['response_length/mean']:.1f}")
+    try:
+        with RewardManager(reward_cfg) as rm:
+            for name, records in sets.items():
+                results[name] = evaluate(engine, tokenizer, records, cfg, rm.score, name=name)
+                s = results[name].summary
+                print(f"{name}: avg@{cfg.k}={s['avg@k']:.4f} " + " ".join(
+                    f"{k}={v:.4f}" for k, v in s.items() if k.startswith("pass@")) +
+                    f" truncation_rate={s['truncation_rate']:.3f} mean_length={s['response_length/mean']:.1f}")
+    finally:
+        close_engine(engine)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True, mode=0o700)  # private, like every run folder
     payload = {"model": path, "datasets": {n: r.to_dict() for n, r in results.items()}}

@@ -15,6 +15,7 @@ from ulorl.data import load_prompts
 from ulorl.evaluation import evaluate
 from ulorl.models import eos_token_ids, load_model, load_tokenizer
 from ulorl.reward import RewardManager
+from ulorl.rollout.engines.base import close_engine
 from ulorl.rollout.engines.registry import build_engine
 from ulorl.run.sft import run_sft
 
@@ -24,9 +25,12 @@ def evaluate_model(cfg: RunConfig, model_path: str, progress: bool = True) -> di
     tok = load_tokenizer(model_path, cfg.model.trust_remote_code)
     model = load_model(model_path, cfg.model.dtype, cfg.model.trust_remote_code, cfg.train.device)
     prompts, _ = load_prompts(cfg.data, tok, "eval")
-    engine = build_engine(cfg.rollout.engine, model, tok, eos_token_ids(model, tok))
-    with RewardManager(cfg.reward) as rm:
-        res = evaluate(engine, tok, prompts, cfg.eval, rm.score, progress=progress)
+    engine = build_engine(cfg.rollout.engine, model, tok, eos_token_ids(model, tok), torch=cfg.rollout.torch)
+    try:
+        with RewardManager(cfg.reward) as rm:
+            res = evaluate(engine, tok, prompts, cfg.eval, rm.score, progress=progress)
+    finally:
+        close_engine(engine)
     summary = dict(res.summary)
     mean = summary.get("response_length/mean", 0.0)
     summary["response_length/max_over_mean"] = summary.get("response_length/max", 0.0) / mean if mean else 0.0

@@ -9,7 +9,7 @@ same), so SAIS ratios compare like with like.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Protocol, runtime_checkable
 
 import torch
@@ -63,6 +63,18 @@ class EngineStats:
     extra: dict = field(default_factory=dict)
 
 
+def sum_stats(stats: list[EngineStats]) -> EngineStats:
+    """Counters of several engines added up; `extra` entries added where numeric."""
+    out = EngineStats()
+    for s in stats:
+        for f in fields(EngineStats):
+            if f.name != "extra":
+                setattr(out, f.name, getattr(out, f.name) + getattr(s, f.name))
+        for k, v in s.extra.items():
+            out.extra[k] = out.extra.get(k, 0) + v if isinstance(v, (int, float)) else v
+    return out
+
+
 @runtime_checkable
 class Engine(Protocol):
     """A generation backend (the torch engine by default; HF for other architectures; vLLM on GPU).
@@ -93,6 +105,13 @@ def check_prefixes(prefixes: list[list[int]], max_new_tokens: int) -> None:
         raise ValueError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     if any(len(p) == 0 for p in prefixes):
         raise ValueError("every prefix needs at least one token")
+
+
+def close_engine(engine) -> None:
+    """Stop what an engine started (`rollout.torch.procs` > 1: its processes); engines without `close` hold none."""
+    close = getattr(engine, "close", None)
+    if close is not None:
+        close()
 
 
 def load_weights(model: torch.nn.Module, state_dict: dict[str, torch.Tensor]) -> None:

@@ -37,6 +37,13 @@ def _torch(model, tokenizer, eos_ids: list[int], **kw) -> Engine:
     from ulorl.rollout.engines.torch import TorchEngine
 
     dtype, opts = kw.get("dtype"), kw.get("torch")
+    if opts is not None and opts.procs > 1:  # rows split between CPU processes, each with a one-process engine
+        from dataclasses import replace
+
+        from ulorl.rollout.engines.torch.processes import ProcessEngine
+
+        child_kw = {k: kw[k] for k in ("max_batch", "kv_cache_gib", "dtype") if k in kw}
+        return ProcessEngine(model, eos_ids, opts.procs, torch=replace(opts, procs=1), **child_kw)
     extra = {} if opts is None else dict(decode_attention=opts.decode_attention, cuda_graphs=opts.cuda_graphs,
                                          block_size=opts.block_size)
     return TorchEngine(model, eos_ids, max_batch=kw.get("max_batch", 256), kv_cache_gib=kw.get("kv_cache_gib", 4.0),

@@ -132,10 +132,12 @@ class TorchEngine:
     @torch.no_grad()
     def generate(self, prefixes: list[list[int]], max_new_tokens: int, params: SamplingParams,
                  seed: int | None = None, progress: Callable[[int], None] | None = None,
-                 keep: bool = False) -> list[GenerationOutput]:
+                 keep: bool = False, streams: list[int] | None = None) -> list[GenerationOutput]:
         """`progress(n)` is called when n rows finish (for a progress bar over a long call). `keep`: rows that stop at
         `max_new_tokens` keep their K/V for the next call, which continues a row without prefilling it when its
-        prefix is this call's `prefix + tokens` and the weights have not changed (`kept_rows.py`)."""
+        prefix is this call's `prefix + tokens` and the weights have not changed (`kept_rows.py`). `streams`: one id
+        per prefix keying its random stream (default: its position), so that a caller splitting one batch
+        between engines (`rollout/engines/process_pool.py`) samples what one engine would."""
         check_prefixes(prefixes, max_new_tokens)
         if not prefixes:
             self.release_kept()
@@ -149,7 +151,7 @@ class TorchEngine:
             scheduler = self.scheduler_cls(self.runner, cache, blocks, self.stats, prefixes, max_new_tokens, params,
                                            seed, self.eos_ids, self.max_batch, self.prefill_tokens, progress,
                                            0 if self.table else RUN_MIN_BLOCKS.get(self.runner.device.type, 0),
-                                           self.table, self.kept, keep, weights_version(self.model))
+                                           self.table, self.kept, keep, weights_version(self.model), streams)
             return scheduler.run()
         finally:
             self.model.train(was_training)

@@ -71,14 +71,17 @@ class Scheduler:
                  max_new: int, params: SamplingParams, seed: int, eos_ids: list[int], max_batch: int,
                  prefill_tokens: int, progress: Callable[[int], None] | None = None, run_min_blocks: int = 0,
                  table: TableDecoder | None = None, kept: KeptRows | None = None, keep: bool = False,
-                 version: tuple[int, ...] = ()) -> None:
+                 version: tuple[int, ...] = (), streams: list[int] | None = None) -> None:
         self.runner, self.cache, self.blocks, self.stats = runner, cache, blocks, stats
         self.params, self.seed, self.eos = params, seed, set(eos_ids)
         self.max_batch, self.prefill_tokens, self.progress = max_batch, prefill_tokens, progress
         self.run_min_blocks = run_min_blocks  # a fresh prefill's consecutive full blocks read as one view (0: never)
         self.table = table  # fixed-shape decode over block tables (CUDA graphs); None: the split-K plan
         self.capacity_blocks = blocks.blocks_for(max((len(p) for p in prefixes), default=0) + max_new)
-        self.seqs = [Sequence(i, list(p), max_new) for i, p in enumerate(prefixes)]
+        if streams is not None and len(streams) != len(prefixes):
+            raise ValueError(f"{len(streams)} stream ids for {len(prefixes)} prefixes")
+        streams = range(len(prefixes)) if streams is None else streams
+        self.seqs = [Sequence(i, list(p), max_new, stream) for i, (p, stream) in enumerate(zip(prefixes, streams))]
         self.waiting: deque[Sequence] = deque(self.seqs)
         self.running: list[Sequence] = []
         self._shared_pairs: tuple[torch.Tensor, torch.Tensor] | None = None  # cached while `running` is unchanged
@@ -134,7 +137,7 @@ class Scheduler:
     def _sample(self, logits: torch.Tensor) -> None:
         """Sample one token per running row (one host synchronisation for the whole batch)."""
         uniforms = None if self.params.greedy else row_uniforms(
-            self.seed, [s.index for s in self.running], [len(s.tokens) for s in self.running], logits.device)
+            self.seed, [s.stream for s in self.running], [len(s.tokens) for s in self.running], logits.device)
         tok, lp = sample_tokens(logits, self.params, uniforms)
         pairs = torch.stack([tok.double(), lp.double()], dim=1).tolist()
         for s, (t, p) in zip(self.running, pairs):

@@ -15,9 +15,10 @@ class Sequence:
     queue with its tokens and log-probs and, when admitted again, is prefilled with `prefix + tokens`.
     """
 
-    index: int  # position in the call's prefixes (the output order, and the sampling stream's key)
+    index: int  # position in the call's prefixes (the output order)
     prefix: list[int]
     max_new: int
+    stream: int  # the key of its random stream (`sampler.row_uniforms`): `index`, or the id the caller gave the row
     tokens: list[int] = field(default_factory=list)
     logprobs: list[float] = field(default_factory=list)
     eos: bool = False
