@@ -59,10 +59,11 @@ class RunConfig:
                               "in-process model; vLLM, Ray actors and the learner process are not wired for them yet)")
         procs = self.rollout.torch.procs
         if procs > 1 and (self.rollout.engine != "torch" or self.distributed.backend != "local"
-                          or not self.train.device.startswith("cpu")):
+                          or not self.train.device.startswith("cpu") or self.model.lora.rank):
             raise ConfigError(f"rollout.torch.procs={procs} splits each rollout call between CPU processes: it needs "
-                              f"rollout.engine=torch, distributed.backend=local and train.device=cpu (got "
-                              f"{self.rollout.engine}, {self.distributed.backend}, {self.train.device})")
+                              f"rollout.engine=torch, distributed.backend=local, train.device=cpu and no LoRA (got "
+                              f"{self.rollout.engine}, {self.distributed.backend}, {self.train.device}, "
+                              f"model.lora.rank={self.model.lora.rank}; the processes are not wired for adapters)")
         if self.train.pipeline == PipelineMode.OVERLAP:
             if self.algo.is_mode == "tois":
                 raise ConfigError("algo.is_mode=tois is true on-policy training; train.pipeline=overlap trains on "
