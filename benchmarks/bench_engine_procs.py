@@ -24,6 +24,7 @@ import os
 import statistics
 import time
 
+from bench_kept_rows import long_workload
 from benchlib import emit, machine, quiet_torch
 from forced_eos import HazardEOS
 
@@ -82,14 +83,9 @@ def main() -> int:
     args = ap.parse_args()
     quiet_torch(1)
     load0 = os.getloadavg()
-    from ulorl.config import DataConfig
-    from ulorl.data import load_prompts
-    from ulorl.models import load_model, load_tokenizer
     from ulorl.rollout.engines.base import close_engine
 
-    tok, model = load_tokenizer(args.model), load_model(args.model)
-    model.eval()
-    records, _ = load_prompts(DataConfig(train="builtin:odometer", alpha=0.5, uniform=0.1, train_size=400), tok)
+    _, model, records = long_workload(args.model)
     eos = model.config.vocab_size + 7  # never sampled: the hazard schedule alone ends rows
     settings = [1, args.procs]
     engines = {p: build(model, p, args.mean, eos) for p in settings}

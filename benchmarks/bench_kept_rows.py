@@ -70,6 +70,19 @@ def one_pass(model, tok, records, setting: str, rounds: int, mean: float, seed: 
             "resumed_rows": eng.stats.extra.get("resumed_rows", 0)}
 
 
+def long_workload(model_path: str):
+    """(tokenizer, model in eval mode, 400 train prompts of the long run's size law): what the long-run engine
+    benchmarks decode."""
+    from ulorl.config import DataConfig
+    from ulorl.data import load_prompts
+    from ulorl.models import load_model, load_tokenizer
+
+    tok, model = load_tokenizer(model_path), load_model(model_path)
+    model.eval()
+    records, _ = load_prompts(DataConfig(train="builtin:odometer", alpha=0.5, uniform=0.1, train_size=400), tok)
+    return tok, model, records
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--rounds", type=int, default=8)
@@ -81,13 +94,7 @@ def main() -> int:
     args = ap.parse_args()
     quiet_torch(1)
     load0 = os.getloadavg()
-    from ulorl.config import DataConfig
-    from ulorl.data import load_prompts
-    from ulorl.models import load_model, load_tokenizer
-
-    tok, model = load_tokenizer(args.model), load_model(args.model)
-    model.eval()
-    records, _ = load_prompts(DataConfig(train="builtin:odometer", alpha=0.5, uniform=0.1, train_size=400), tok)
+    tok, model, records = long_workload(args.model)
     settings = ["on", "off"] + (["slots"] if args.slots else [])
     old = load_old_engine(args.slots) if args.slots else None
     runs: dict[str, list[dict]] = {k: [] for k in settings}
