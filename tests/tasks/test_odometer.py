@@ -231,3 +231,71 @@ def test_sft_curriculum_trains_short_problems_first(monkeypatch, tmp_path):
     assert len(seen) == 12
     assert max(seen[:8]) <= 6 * 5 + 9  # short phase: n <= 5, at most 39 response tokens with EOS
     assert max(seen[8:]) > 39  # then the full law
+
+
+def test_diagnose_finds_the_first_wrong_line_and_sorts_wrong_answers_by_line_count():
+    from ulorl.tasks.odometer import diagnose, solution_lines
+
+    p = OdometerProblem(start=2, steps=3)
+    ref = p.solution_text()  # 0 0 3 : 2 , 0 0 2 : 4 , 0 0 1 : 5 , 0 0 0 : 5 , answer 5
+    assert solution_lines(ref) == [("003", "2"), ("002", "4"), ("001", "5"), ("000", "5")]
+    right = diagnose(ref, ref, eos=True, right=True)
+    assert (right.kind, right.lines, right.reference_lines, right.first_wrong) == ("right", 4, 4, None)
+    slip = diagnose("0 0 3 : 2 , 0 0 2 : 5 , 0 0 1 : 6 , 0 0 0 : 6 , answer 6", ref, eos=True, right=False)
+    assert (slip.kind, slip.first_wrong, slip.first_wrong_slot) == ("slip", 1, "value")
+    copy = diagnose("0 0 3 : 3 , 0 0 2 : 5 , 0 0 1 : 6 , 0 0 0 : 6 , answer 6", ref, eos=True, right=False)
+    assert (copy.first_wrong, copy.first_wrong_slot) == (0, "value")  # the start value copied wrong
+    skip = diagnose("0 0 3 : 2 , 0 0 0 : 2 , answer 2", ref, eos=True, right=False)
+    assert (skip.kind, skip.lines, skip.first_wrong, skip.first_wrong_slot) == ("short", 2, 1, "counter")
+    over = diagnose(" ".join(["0 0 3 : 2 ,"] * 5) + " answer 2", ref, eos=True, right=False)
+    assert (over.kind, over.lines) == ("over", 5)
+    cut = diagnose("0 0 3 : 2 , 0 0 2 : 4 ,", ref, eos=False, right=False)
+    assert (cut.kind, cut.first_wrong) == ("truncated", None)
+    # a lucky guess is still `right`; a line of another shape ends the parse
+    assert diagnose("0 0 3 : 2 , answer 5", ref, eos=True, right=True).kind == "right"
+    assert solution_lines("0 0 3 : 2 , 0 0 2 x 4 , 0 0 1 : 5 ,") == [("003", "2")]
+
+
+def test_heads_are_the_first_lines_of_problems_of_every_size_and_join_both_phases(monkeypatch, tmp_path):
+    from ulorl.config import ConfigError, ModelConfig, SFTConfig
+    from ulorl.run import sft as sft_mod
+    from ulorl.run.sft import head_sequences
+
+    tok = build_tokenizer()
+    heads = head_sequences(tok, 300, seed=0, max_size=600, lines=4)
+    prompts = [tok.decode(p, skip_special_tokens=True).split() for p, _ in heads]  # ... add start s steps h t u ...
+    at = [q.index("steps") for q in prompts]
+    sizes = [int("".join(q[i + 1 : i + 4])) for q, i in zip(prompts, at)]
+    assert min(sizes) < 60 and max(sizes) > 540  # uniform on [2, 600], not the Pareto law's short problems
+    for (_, r), n, q, i in zip(heads, sizes, prompts, at):
+        whole = OdometerProblem(start=int(q[i - 1]), steps=n).solution_text()
+        if 6 * (n + 1) + 3 > 24:  # longer than 4 lines of 6 tokens: those lines, no EOS
+            assert len(r) == 24 and tok.eos_token_id not in r and tok.decode(r) == " ".join(whole.split()[:24])
+        else:  # n = 2 (21 tokens with `answer x` and EOS): the whole solution
+            assert r[-1] == tok.eos_token_id
+    with pytest.raises(ConfigError, match="sft.heads"):
+        SFTConfig(heads=1.5)
+    with pytest.raises(ConfigError, match="builtin:odometer"):
+        SFTConfig(heads=0.2)  # the default task is chain
+    seen = []
+    real_batch = sft_mod._batch
+
+    def size(prompt):
+        q = tok.decode(prompt, skip_special_tokens=True).split()
+        return int("".join(q[q.index("steps") + 1 : q.index("steps") + 4]))
+
+    def spy(seqs, pad_id):
+        seen.append([(len(r), size(p)) for p, r in seqs])
+        return real_batch(seqs, pad_id)
+
+    monkeypatch.setattr(sft_mod, "_batch", spy)
+    cfg = SFTConfig(task="builtin:odometer", steps=40, short_steps=20, short_max_size=5, max_size=100, alpha=0.5,
+                    bucketed=True, batch_tokens=1024, batch_size=4, num_examples=40, lr=1e-3, heads=0.5,
+                    head_lines=3, head_max_size=400)
+    sft_mod.run_sft(ModelConfig(path="builtin:long"), cfg, tmp_path, progress=False)
+    # a head of 3 lines has 18 tokens without EOS; no whole solution has 18 (6n + 9)
+    heads_seen = [n for s in seen for r, n in s if r == 18]
+    assert any(r == 18 for s in seen[:20] for r, _ in s) and any(r == 18 for s in seen[20:] for r, _ in s)
+    assert max(heads_seen) > 100  # head_max_size, not max_size, bounds the heads' problems
+    assert max(n for s in seen for r, n in s if r != 18) <= 100
+    assert max(r for s in seen[:20] for r, _ in s) <= 6 * 5 + 9  # the short phase's whole solutions stay short

@@ -28,6 +28,13 @@ class SFTConfig:
     # examples, same size law), so that the per-step rule is learnt where no shortcut is (docs/long_run.md)
     short_steps: int = 0
     short_max_size: int = 20
+    # heads: a share of extra examples (heads x num_examples, in both phases) that are the first head_lines lines of
+    # problems of any size (uniform on [2, max_size]), without EOS. A whole long solution holds one instance of its
+    # first lines; held-out long answers failed there (the start value and the first table steps at a large counter;
+    # docs/long_run.md), and a head costs ~6 x head_lines tokens where the whole solution costs thousands
+    heads: float = 0.0
+    head_lines: int = 12
+    head_max_size: int | None = None  # the heads' largest problem (None: max_size)
     # torch threads for the SFT's training steps (0: as `train.threads`); its ops gave bit-identical weights with
     # 1 and 2 threads on CPU (docs/long_run.md), so a run whose engine wants one thread can train its SFT on two
     threads: int = 0
@@ -39,6 +46,13 @@ class SFTConfig:
         positive("sft.short_steps", self.short_steps, allow_zero=True)
         positive("sft.short_max_size", self.short_max_size)
         positive("sft.threads", self.threads, allow_zero=True)
+        positive("sft.head_lines", self.head_lines)
+        if self.head_max_size is not None:
+            positive("sft.head_max_size", self.head_max_size)
+        if not 0.0 <= self.heads <= 1.0:
+            raise ConfigError(f"sft.heads must be in [0, 1] (a share of sft.num_examples), got {self.heads}")
+        if self.heads and self.task != BuiltinTask.ODOMETER.value:
+            raise ConfigError(f"sft.heads is for task builtin:odometer (lines of a fixed width), not {self.task}")
         if not 0.0 <= self.uniform <= 1.0:
             raise ConfigError(f"sft.uniform must be in [0, 1], got {self.uniform}")
         if self.short_steps > self.steps:

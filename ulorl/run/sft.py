@@ -11,6 +11,9 @@ only long problems reach, for a fraction of the tokens. With `sft.short_steps`, 
 first steps train only on problems of at most `sft.short_max_size` steps (a
 curriculum: the long run's warm start learns odometer's addition table there, where
 no shortcut through earlier lines exists; docs/long_run.md), then on the full law.
+With `sft.heads`, both phases also train on the first `sft.head_lines` lines of problems of
+every size (`head_sequences`): a long answer's first lines, which a whole long solution
+teaches once per thousands of tokens.
 The loss is the mean cross-entropy over response tokens
 (prompt tokens are not trained). Batches are random (`sft.bucketed=false`, the
 default: mixed lengths learn the task more reliably) or length-bucketed under a
@@ -32,6 +35,7 @@ from ulorl.models import load_model, load_tokenizer
 from ulorl.tasks import BuiltinTask, task_rows
 
 SFT_SEED_OFFSET = 7919  # SFT problems never share a seed with the RL train/eval splits
+HEADS_SEED_OFFSET = 104729  # the heads' problems are not the whole solutions' problems
 
 
 def sft_sequences(tokenizer, n: int, seed: int, max_size: int, task: str = BuiltinTask.CHAIN.value,
@@ -51,6 +55,15 @@ def sft_sequences(tokenizer, n: int, seed: int, max_size: int, task: str = Built
         resp = tokenizer(r["extra_info"]["solution"], add_special_tokens=False)["input_ids"] + [tokenizer.eos_token_id]
         out.append((prompt, resp[:max_response_tokens] if max_response_tokens else resp))
     return out
+
+
+def head_sequences(tokenizer, n: int, seed: int, max_size: int, lines: int) -> list[tuple[list[int], list[int]]]:
+    """(prompt tokens, the first `lines` lines of the worked solution) for `n` odometer problems with sizes uniform
+    on [2, max_size]; no EOS unless the whole solution fits (their own seed: not the other SFT problems)."""
+    from ulorl.tasks.odometer import TOKENS_PER_LINE
+
+    seqs = sft_sequences(tokenizer, n, seed + HEADS_SEED_OFFSET, max_size, BuiltinTask.ODOMETER.value, uniform=1.0)
+    return [(p, r[: TOKENS_PER_LINE * lines]) for p, r in seqs]
 
 
 def _batch(seqs, pad_id):
@@ -112,6 +125,10 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
         short = sft_sequences(tok, cfg.num_examples, cfg.seed, min(cfg.short_max_size, cfg.max_size), cfg.task,
                               cfg.alpha, cfg.max_response_tokens, cfg.uniform)
         phases.insert(0, (short, cfg.short_steps))
+    if cfg.heads:
+        heads = head_sequences(tok, round(cfg.heads * cfg.num_examples), cfg.seed, cfg.head_max_size or cfg.max_size,
+                               cfg.head_lines)
+        phases = [(data + heads, n) for data, n in phases]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
     gen = torch.Generator().manual_seed(cfg.seed)
     schedule = []  # (examples, their length buckets) of every step

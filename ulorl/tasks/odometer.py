@@ -136,3 +136,52 @@ def to_row(p: OdometerProblem, index: int, split: str) -> dict:
 def make_rows(n: int, seed: int, split: str = "train", **size_law) -> list[dict]:
     """`n` rows of the task; `size_law` forwards alpha/min_size/max_size/uniform."""
     return [to_row(p, i, split) for i, p in enumerate(generate_problems(n, seed, **size_law))]
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """What a response to an odometer problem got wrong, against its worked solution.
+
+    kind: `right` (rewarded), `truncated` (no EOS), and for the other wrong answers by their line count against
+        the solution's: `short` (under 90%: lines skipped), `over` (over 110%), `slip` (within 10%: a wrong digit
+        in a line of about the right count).
+    lines, reference_lines: lines of six tokens `h t u : x ,` parsed from the start of each.
+    first_wrong: the first line that differs from the solution (None: none of the parsed lines does);
+        first_wrong_slot: `counter` if its counter digits differ, else `value`.
+    """
+
+    kind: str
+    lines: int
+    reference_lines: int
+    first_wrong: int | None
+    first_wrong_slot: str | None
+
+
+def solution_lines(text: str) -> list[tuple[str, str]]:
+    """The leading `h t u : x ,` lines of a response or worked solution as (counter digits, value) strings; parsing
+    stops at the first token sequence of another shape (e.g. `answer`)."""
+    toks, out = text.split(), []
+    for i in range(0, len(toks) - TOKENS_PER_LINE + 1, TOKENS_PER_LINE):
+        h, t, u, colon, x, comma = toks[i : i + TOKENS_PER_LINE]
+        if colon != ":" or comma != ",":
+            break
+        out.append((h + t + u, x))
+    return out
+
+
+def diagnose(response: str, solution: str, eos: bool, right: bool) -> Diagnosis:
+    """Sort one response (decoded text, special tokens skipped) into a `Diagnosis` against the worked solution."""
+    got, ref = solution_lines(response), solution_lines(solution)
+    wrong = next((i for i, (a, b) in enumerate(zip(got, ref)) if a != b), None)
+    slot = None if wrong is None else ("counter" if got[wrong][0] != ref[wrong][0] else "value")
+    if right:
+        kind = "right"
+    elif not eos:
+        kind = "truncated"
+    elif len(got) < 0.9 * len(ref):
+        kind = "short"
+    elif len(got) > 1.1 * len(ref):
+        kind = "over"
+    else:
+        kind = "slip"
+    return Diagnosis(kind, len(got), len(ref), wrong, slot)
