@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import collections
 import os
+import sys
 
 from benchlib import emit, machine, quiet_torch
 
@@ -55,7 +56,8 @@ def evaluate_model(config: str, model_path: str, procs: int | None, min_tokens: 
     try:
         groups = sample_groups(engine, [r.prompt_tokens for r in records], ev.k,
                                SamplingParams(temperature=ev.temperature, top_p=ev.top_p, top_k=ev.top_k),
-                               ev.max_new_tokens, batch_size=ev.batch_size, seed=ev.seed, desc=model_path)
+                               ev.max_new_tokens, batch_size=ev.batch_size, seed=ev.seed, desc=model_path,
+                               progress=sys.stderr.isatty())
     finally:
         close_engine(engine)
     kinds, where, problems, right_all, n_all = collections.Counter(), collections.Counter(), [], 0, 0
