@@ -50,7 +50,8 @@ UPPER_LAYERS = ("ulorl.run", "ulorl.learners", "ulorl.cli", "ulorl.api", "ulorl.
                 "ulorl.reward.terms", "ulorl.evaluation", "ulorl.data", "ulorl.cleaning")
 
 # the top level: entry points and shared leaves only; everything that runs a job is in ulorl/run/
-TOP_LEVEL_FILES = {"__init__.py", "api.py", "cli.py", "errors.py", "trajectory.py", "lazy_exports.py"}
+TOP_LEVEL_FILES = {"__init__.py", "api.py", "cli.py", "errors.py", "trajectory.py", "lazy_exports.py",
+                   "child_process.py"}
 
 
 def _path(module: str) -> Path | None:

@@ -29,14 +29,14 @@ decides when to stop (at a step boundary, after `result`).
 from __future__ import annotations
 
 import copy
-import signal
 import time
-import traceback
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
 import torch
 import torch.multiprocessing as mp
+
+from ulorl.child_process import child_start, serve
 
 if TYPE_CHECKING:
     from ulorl.config import AlgoConfig, TrainConfig
@@ -128,42 +128,30 @@ def _serve(conn, model, buffers, train, algo, temperature, pad_id, threads) -> N
     """The child: one `LocalLearner`; answers ("ok", value) or ("error", traceback) to every message."""
     from ulorl.learners.local import LocalLearner
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    torch.set_num_threads(threads)
+    child_start(threads)
     model.to(train.device)
     learner = LocalLearner(model, train, algo, temperature, pad_id)
     idle_since = time.perf_counter()
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):  # the driver is gone
-            return
-        try:
-            if msg[0] == "close":
-                return
-            if msg[0] == "update":
-                t0 = time.perf_counter()
-                m = learner.update(*msg[1:])
-                with torch.no_grad():
-                    for k, v in model.state_dict().items():
-                        buffers[k].copy_(v)
-                t1 = time.perf_counter()
-                value = {**m, "pipeline/learner_idle_s": t0 - idle_since, "timing_s/update_compute": t1 - t0}
-                idle_since = t1
-            elif msg[0] == "state":
-                value = _to_cpu(learner.state_dict())  # optimizer.load_state_dict casts back on load
-            elif msg[0] == "load":
-                value = learner.load_state_dict(msg[1])
-            else:
-                raise ValueError(f"unknown message {msg[0]!r}")
-            reply = ("ok", value)
-        except Exception:
-            reply = ("error", traceback.format_exc())
-        try:
-            conn.send(reply)
-        except (BrokenPipeError, OSError):
-            return
+
+    def handle(msg: tuple):
+        nonlocal idle_since
+        if msg[0] == "update":
+            t0 = time.perf_counter()
+            m = learner.update(*msg[1:])
+            with torch.no_grad():
+                for k, v in model.state_dict().items():
+                    buffers[k].copy_(v)
+            t1 = time.perf_counter()
+            value = {**m, "pipeline/learner_idle_s": t0 - idle_since, "timing_s/update_compute": t1 - t0}
+            idle_since = t1
+            return value
+        if msg[0] == "state":
+            return _to_cpu(learner.state_dict())  # optimizer.load_state_dict casts back on load
+        if msg[0] == "load":
+            return learner.load_state_dict(msg[1])
+        raise ValueError(f"unknown message {msg[0]!r}")
+
+    serve(conn, handle, lambda e, tb: [("error", tb)])
 
 
 def _to_cpu(obj):

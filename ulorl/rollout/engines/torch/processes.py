@@ -27,14 +27,13 @@ a pool commits memory only as it fills). CPU only: on a GPU one engine batches a
 from __future__ import annotations
 
 import copy
-import signal
-import traceback
 from collections.abc import Callable
 from multiprocessing.connection import wait
 
 import torch
 import torch.multiprocessing as mp
 
+from ulorl.child_process import child_start, serve
 from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams, check_prefixes, sum_stats
 from ulorl.rollout.engines.torch.kept_rows import weights_version
 
@@ -195,38 +194,24 @@ def _serve(conn, model: torch.nn.Module, buffers: dict[str, torch.Tensor], eos_i
     """A child: one torch engine; replies ("ok", value) or ("error", exception or None, traceback) to each message."""
     from ulorl.rollout.engines.registry import build_engine
 
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the driver decides when to stop
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)
-    torch.set_num_threads(threads)
+    child_start(threads)
     engine = build_engine("torch", model, None, eos_ids, **engine_kw)
     if setup is not None:
         setup(engine)
-    while True:
-        try:
-            msg = conn.recv()
-        except (EOFError, OSError):  # the driver is gone
-            return
-        try:
-            op, args = msg[0], msg[1:]
-            if op == "close":
-                return
-            if op == "generate":
-                prefixes, max_new, params, seed, streams, keep, report = args
-                progress = (lambda n: conn.send(("progress", n))) if report else None
-                value = (engine.generate(prefixes, max_new, params, seed=seed, progress=progress, keep=keep,
-                                         streams=streams), engine.stats)
-            elif op == "sync":
-                value = engine.sync_weights(buffers)
-            elif op == "reserve":
-                value = engine.reserve(*args)
-            elif op == "release":
-                value = engine.release_kept()
-            else:
-                raise ValueError(f"unknown message {op!r}")
-            conn.send(("ok", value))
-        except Exception as e:  # noqa: BLE001 - every failure goes back to the driver
-            tb = traceback.format_exc()
-            try:
-                conn.send(("error", e, tb))
-            except Exception:  # noqa: BLE001 - an exception that does not pickle: its traceback only
-                conn.send(("error", None, tb))
+
+    def handle(msg: tuple):
+        op, args = msg[0], msg[1:]
+        if op == "generate":
+            prefixes, max_new, params, seed, streams, keep, report = args
+            progress = (lambda n: conn.send(("progress", n))) if report else None
+            return (engine.generate(prefixes, max_new, params, seed=seed, progress=progress, keep=keep,
+                                    streams=streams), engine.stats)
+        if op == "sync":
+            return engine.sync_weights(buffers)
+        if op == "reserve":
+            return engine.reserve(*args)
+        if op == "release":
+            return engine.release_kept()
+        raise ValueError(f"unknown message {op!r}")
+
+    serve(conn, handle, lambda e, tb: [("error", e, tb), ("error", None, tb)])
