@@ -16,6 +16,8 @@ def _handle(msg):
         return msg[1] + msg[2]
     if msg[0] == "unpicklable":
         raise Unpicklable("no")
+    if msg[0] == "unpicklable value":
+        return lambda: None
     raise ValueError(f"unknown message {msg[0]!r}")
 
 
@@ -36,6 +38,9 @@ def test_replies_ok_or_the_first_error_reply_that_can_be_sent_and_ends_on_close(
     driver.send(("unpicklable",))  # the exception cannot cross the pipe: its traceback alone does
     status, e, tb = driver.recv()
     assert (status, e) == ("error", None) and "Unpicklable" in tb
+    driver.send(("unpicklable value",))  # a value that cannot cross: an error reply instead
+    status, e, tb = driver.recv()
+    assert status == "error" and "pickle" in tb.lower()
     driver.send(("add", 1, 1))  # still serving
     assert driver.recv() == ("ok", 2)
     driver.send(("close",))

@@ -26,7 +26,8 @@ def serve(conn, handle: Callable[[tuple], object],
           error_replies: Callable[[BaseException, str], list[tuple]]) -> None:
     """Answer messages until ("close",) or EOF: ("ok", handle(message)), or on an exception the first of
     `error_replies(exception, traceback)` that can be sent (an exception that does not pickle can fall back to its
-    traceback). A reply that cannot be sent because the driver is gone ends the loop."""
+    traceback; so does a value that does not pickle). A reply that cannot be sent because the driver is gone ends
+    the loop."""
     while True:
         try:
             msg = conn.recv()
@@ -38,12 +39,15 @@ def serve(conn, handle: Callable[[tuple], object],
             replies = [("ok", handle(msg))]
         except Exception as e:  # noqa: BLE001 - every failure goes back to the driver
             replies = error_replies(e, traceback.format_exc())
-        for i, reply in enumerate(replies):
+        while replies:
+            reply = replies.pop(0)
             try:
-                conn.send(reply)
+                conn.send(reply)  # pickles first: a reply that does not pickle writes nothing
                 break
             except (OSError, EOFError):  # the driver is gone
                 return
-            except Exception:  # noqa: BLE001 - e.g. an exception that does not pickle: the next reply
-                if i == len(replies) - 1:
-                    raise
+            except Exception as e:  # noqa: BLE001 - the reply does not pickle: the next one
+                if not replies:
+                    if reply[0] != "ok":
+                        raise
+                    replies = error_replies(e, traceback.format_exc())

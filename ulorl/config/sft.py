@@ -29,7 +29,7 @@ class SFTConfig:
     short_steps: int = 0
     short_max_size: int = 20
     # heads: a share of extra examples (heads x num_examples, in both phases) that are the first head_lines lines of
-    # problems of any size (uniform on [2, max_size]), without EOS. A whole long solution holds one instance of its
+    # problems of any size (uniform on [2, head_max_size]), without EOS. A whole long solution holds one instance of its
     # first lines; held-out long answers failed there (the start value and the first table steps at a large counter;
     # docs/long_run.md), and a head costs ~6 x head_lines tokens where the whole solution costs thousands
     heads: float = 0.0
