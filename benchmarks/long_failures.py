@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import dataclasses
 import os
 import sys
 
@@ -49,8 +50,7 @@ def evaluate_model(config: str, model_path: str, procs: int | None, min_tokens: 
     records = records[: ev.num_problems] if ev.num_problems else records
     model = load_model(model_path)
     model.eval()
-    torch_opts = cfg.rollout.torch if procs is None else type(cfg.rollout.torch)(
-        **{**vars(cfg.rollout.torch), "procs": procs})
+    torch_opts = cfg.rollout.torch if procs is None else dataclasses.replace(cfg.rollout.torch, procs=procs)
     engine = build_engine("torch", model, tok, eos_token_ids(model, tok), max_batch=ev.batch_size,
                           model_path=model_path, seed=ev.seed, torch=torch_opts)
     try:
