@@ -44,6 +44,23 @@ def row_uniforms(seed: int, rows, steps, device: torch.device | str | None = Non
     return torch.from_numpy(u).to(device)
 
 
+def filter_logits(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tensor:
+    """`(N, V)` temperature-scaled logits with the tokens outside top-k, then outside the top-p nucleus, set to
+    -inf: `softmax` of the result is the distribution that `sample_tokens` draws from (top_k <= 0: no top-k)."""
+    filtered = scaled
+    if 0 < top_k < scaled.shape[-1]:
+        kth = torch.topk(filtered, top_k, dim=-1).values[:, -1:]
+        filtered = filtered.masked_fill(filtered < kth, float("-inf"))
+    if top_p < 1.0:
+        sorted_logits, idx = torch.sort(filtered, dim=-1, descending=True)
+        probs = torch.softmax(sorted_logits, dim=-1)
+        # drop a token when the mass strictly before it already reaches top_p
+        drop_sorted = (probs.cumsum(-1) - probs) >= top_p
+        drop = torch.zeros_like(drop_sorted).scatter(-1, idx, drop_sorted)
+        filtered = filtered.masked_fill(drop, float("-inf"))
+    return filtered
+
+
 def sample_tokens(logits: torch.Tensor, params: SamplingParams, uniforms: torch.Tensor | None = None,
                   generator: torch.Generator | None = None) -> tuple[torch.Tensor, torch.Tensor]:
     """Sample one token per row.
@@ -60,18 +77,7 @@ def sample_tokens(logits: torch.Tensor, params: SamplingParams, uniforms: torch.
     if params.greedy:
         tok = scaled.argmax(dim=-1)
         return tok, logp.gather(-1, tok[:, None]).squeeze(-1)
-    filtered = scaled
-    if params.top_k > 0 and params.top_k < scaled.shape[-1]:
-        kth = torch.topk(filtered, params.top_k, dim=-1).values[:, -1:]
-        filtered = filtered.masked_fill(filtered < kth, float("-inf"))
-    if params.top_p < 1.0:
-        sorted_logits, idx = torch.sort(filtered, dim=-1, descending=True)
-        probs = torch.softmax(sorted_logits, dim=-1)
-        # drop a token when the mass strictly before it already reaches top_p
-        drop_sorted = (probs.cumsum(-1) - probs) >= params.top_p
-        drop = torch.zeros_like(drop_sorted).scatter(-1, idx, drop_sorted)
-        filtered = filtered.masked_fill(drop, float("-inf"))
-    probs = torch.softmax(filtered, dim=-1)
+    probs = torch.softmax(filter_logits(scaled, params.top_k, params.top_p), dim=-1)
     if uniforms is None:
         uniforms = torch.rand(probs.shape[0], generator=generator, dtype=torch.float64, device=probs.device)
     cdf = probs.double().cumsum(-1)

@@ -1,0 +1,105 @@
+"""Each model's exact probability of writing every held-out worked solution under the evaluation's sampling,
+and paired comparisons of the models on it: avg@infinity without sampling noise (`ulorl.evaluation.reference`).
+
+    python benchmarks/reference_likelihood.py --config configs/long.yaml \
+        --model before=RUN/warm_start/model --model after=RUN/export [--min-tokens 1000] [--out F.json]
+
+For every problem of the config's held-out set (as the run loads it: `data.eval`, `eval.num_problems`) the
+reference is the worked solution (`extra_info.solution`, the built-in tasks') followed by EOS, and its
+probability is computed under `eval.temperature / top_p / top_k` in one forward pass. Reported per model: the
+mean probability over all problems and over those whose reference has at least `--min-tokens` tokens (EOS
+included), and the expected number of tokens that leave the reference per 1,000 tokens. Each model after the first
+is compared with the first, problem by problem (`paired_difference` on the probabilities): the change, its
+standard error and z, for all problems and for the long ones. The probability counts only the worked form of a
+right answer; a response that reaches the right value through cancelling errors is right for the reward but not
+here, so these means are slightly below avg@k.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+from benchlib import emit, machine, quiet_torch
+
+
+def score_model(config: str, model_path: str, min_tokens: int) -> dict:
+    from tqdm import tqdm
+
+    from ulorl.config import load_run_config
+    from ulorl.data import load_prompts
+    from ulorl.evaluation.reference import score_reference
+    from ulorl.models import eos_token_ids, load_model, load_tokenizer
+    from ulorl.rollout.engines.base import SamplingParams
+
+    cfg = load_run_config(config)
+    ev = cfg.eval
+    tok = load_tokenizer(model_path)
+    records, _ = load_prompts(cfg.data, tok, "eval")
+    records = records[: ev.num_problems] if ev.num_problems else records
+    if not records or "solution" not in records[0].extra_info:
+        raise SystemExit(f"{config}: the held-out rows need extra_info.solution (the built-in tasks have it)")
+    model = load_model(model_path)
+    model.eval()
+    eos = eos_token_ids(model, tok)[0]
+    params = SamplingParams(temperature=ev.temperature, top_p=ev.top_p, top_k=ev.top_k)
+    problems = []
+    for rec in tqdm(records, desc=model_path, disable=not sys.stderr.isatty()):
+        ref = tok(rec.extra_info["solution"], add_special_tokens=False)["input_ids"] + [eos]
+        s = score_reference(model, rec.prompt_tokens, ref, params)
+        problems.append({"size": rec.extra_info.get("size"), "tokens": s.tokens, "prob": s.prob, "slips": s.slips})
+    return {"model": model_path, "sampling": {"temperature": ev.temperature, "top_p": ev.top_p, "top_k": ev.top_k},
+            "all": _summary(problems), "long": _summary([p for p in problems if p["tokens"] >= min_tokens]),
+            "problems": problems}
+
+
+def _summary(problems: list[dict]) -> dict:
+    n, tokens = len(problems), sum(p["tokens"] for p in problems)
+    return {"problems": n, "mean_prob": sum(p["prob"] for p in problems) / n if n else None,
+            "slips_per_1k_tokens": 1000 * sum(p["slips"] for p in problems) / tokens if tokens else None}
+
+
+def paired(before: dict, after: dict, min_tokens: int) -> dict:
+    from ulorl.evaluation import paired_difference
+
+    out = {}
+    for name, keep in (("all", lambda p: True), ("long", lambda p: p["tokens"] >= min_tokens)):
+        pairs = [(b["prob"], a["prob"]) for b, a in zip(before["problems"], after["problems"]) if keep(b)]
+        out[name] = paired_difference([b for b, _ in pairs], [a for _, a in pairs], k=1) if len(pairs) > 1 else None
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", required=True, help="the run's config (its data and eval sections)")
+    ap.add_argument("--model", action="append", required=True, metavar="LABEL=PATH",
+                    help="repeat; every model after the first is compared with the first")
+    ap.add_argument("--min-tokens", type=int, default=1000)
+    ap.add_argument("--threads", type=int, default=1)
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    quiet_torch(args.threads)
+    load0 = os.getloadavg()
+    models, first = {}, None
+    for spec in args.model:
+        label, sep, path = spec.partition("=")
+        if not sep:
+            ap.error(f"--model {spec!r}: expected LABEL=PATH")
+        m = models[label] = score_model(args.config, path, args.min_tokens)
+        line = (f"{label}: P(reference) {m['all']['mean_prob']:.4f} on {m['all']['problems']} problems, "
+                f"{m['long']['mean_prob']:.4f} on {m['long']['problems']} of >= {args.min_tokens} tokens; "
+                f"{m['all']['slips_per_1k_tokens']:.3f} slips per 1k tokens")
+        if first is None:
+            first = label
+        else:
+            m["vs_" + first] = cmp = paired(models[first], m, args.min_tokens)
+            line += "".join(f"; {k} {v['delta']:+.4f} (se {v['se']:.4f}, z {v['z']:.2f})"
+                            for k, v in cmp.items() if v)
+        print(line, flush=True)
+    return emit({"config": args.config, "min_tokens": args.min_tokens, "models": models, "machine": machine(load0)},
+                args.out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

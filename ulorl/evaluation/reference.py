@@ -1,0 +1,89 @@
+"""The exact probability that a sampler writes a given reference response, from one forward pass.
+
+For a task whose correct answer has one worked form (the built-in `odometer`: every line restates the
+whole state, so a correct response is the worked solution token for token), the probability that a
+policy answers correctly under given sampling settings is, up to answers that reach the right final
+value through cancelling errors, the probability that the sampler writes the reference::
+
+    P(reference) = prod_t q(y_t | x, y_<t),   q = softmax(filter(logits / temperature))
+
+with `filter` the sampler's own top-k / top-p (`ulorl.rollout.engines.torch.sampler.filter_logits`).
+This is avg@infinity without sampling noise: a paired comparison of two models on it has only the
+problems' variance, where avg@k adds the binomial noise of k samples (about 0.2 per sample at
+accuracy 0.95 over thousands of tokens). It is a lower bound of the accuracy (right answers through
+other token paths are not counted) and needs a reference that is the only correct form; `EOS` ends the
+reference, as it ends a sampled answer.
+
+Not in the paper, which reports sampled avg@k only; `ulorl.evaluation.evaluator` does that here too.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from ulorl.rollout.engines.base import SamplingParams
+from ulorl.rollout.engines.torch.sampler import filter_logits
+
+
+@torch.no_grad()
+def reference_logprobs(model: torch.nn.Module, prompt_ids: list[int], response_ids: list[int],
+                       params: SamplingParams, chunk: int = 1024) -> torch.Tensor:
+    """Log-probability of each reference token under the sampler's distribution.
+
+    Args:
+        model: a causal LM with `base_model` and `get_output_embeddings()` (transformers' layout).
+        prompt_ids: the rendered prompt's `P` token ids; response_ids: the reference's `R >= 1` ids (EOS included
+            if the answer must end there).
+        params: temperature, top_k, top_p as the sampler uses them; greedy: 0 where the token is the argmax,
+            else -inf.
+        chunk: response positions per `(chunk, V)` logits block.
+    Returns:
+        `(R,)` float32 log q(y_t | x, y_<t): -inf where the sampler can never pick the token (filtered out).
+    """
+    if not response_ids:
+        raise ValueError("reference_logprobs needs a non-empty response")
+    ids = torch.tensor([list(prompt_ids) + list(response_ids)], dtype=torch.long, device=_device(model))
+    hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state[0]  # (P + R, d)
+    # the hidden state at position i predicts token i + 1
+    pred = hidden[len(prompt_ids) - 1 : ids.shape[1] - 1]  # (R, d)
+    targets = ids[0, len(prompt_ids):]  # (R,)
+    head = model.get_output_embeddings()
+    out = []
+    for lo in range(0, pred.shape[0], chunk):
+        logits = head(pred[lo : lo + chunk].to(head.weight.dtype)).float()  # (c, V)
+        tgt = targets[lo : lo + chunk, None]  # (c, 1)
+        if params.greedy:
+            lp = torch.where(logits.argmax(-1, keepdim=True) == tgt, 0.0, -math.inf)
+        else:
+            filtered = filter_logits(logits / params.temperature, params.top_k, params.top_p)
+            lp = torch.log_softmax(filtered, dim=-1).gather(-1, tgt)
+        out.append(lp.squeeze(-1))
+    return torch.cat(out).float()
+
+
+@dataclass
+class ReferenceScore:
+    """One problem's reference under a sampler: `logprob` = log P(reference) (a sum over its `tokens`),
+    `prob` = exp(logprob), `slips` = sum_t (1 - q(y_t)): the expected number of tokens that leave the
+    reference if each were drawn alone with the reference before it."""
+
+    tokens: int
+    logprob: float
+    prob: float
+    slips: float
+
+
+def score_reference(model: torch.nn.Module, prompt_ids: list[int], response_ids: list[int],
+                    params: SamplingParams, chunk: int = 1024) -> ReferenceScore:
+    """`reference_logprobs` summed into a `ReferenceScore`."""
+    lp = reference_logprobs(model, prompt_ids, response_ids, params, chunk).double()
+    total = float(lp.sum())
+    return ReferenceScore(tokens=len(response_ids), logprob=total, prob=math.exp(total),
+                          slips=float((1.0 - lp.exp()).sum()))
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    return next(model.parameters()).device
