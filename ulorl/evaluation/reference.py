@@ -9,8 +9,8 @@ value through cancelling errors, the probability that the sampler writes the ref
 
 with `filter` the sampler's own top-k / top-p (`ulorl.rollout.engines.torch.sampler.filter_logits`).
 This is avg@infinity without sampling noise: a paired comparison of two models on it has only the
-problems' variance, where avg@k adds the binomial noise of k samples (about 0.2 per sample at
-accuracy 0.95 over thousands of tokens). It is a lower bound of the accuracy (right answers through
+problems' variance, where avg@k adds the binomial noise of k samples (one sample's right/wrong has a
+standard deviation of sqrt(p (1 - p)), 0.22 at p = 0.95). It is a lower bound of the accuracy (right answers through
 other token paths are not counted) and needs a reference that is the only correct form; `EOS` ends the
 reference, as it ends a sampled answer.
 
