@@ -45,7 +45,8 @@ def reference_logprobs(model: torch.nn.Module, prompt_ids: list[int], response_i
     """
     if not response_ids:
         raise ValueError("reference_logprobs needs a non-empty response")
-    ids = torch.tensor([list(prompt_ids) + list(response_ids)], dtype=torch.long, device=_device(model))
+    device = next(model.parameters()).device
+    ids = torch.tensor([list(prompt_ids) + list(response_ids)], dtype=torch.long, device=device)
     hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state[0]  # (P + R, d)
     # the hidden state at position i predicts token i + 1
     pred = hidden[len(prompt_ids) - 1 : ids.shape[1] - 1]  # (R, d)
@@ -84,6 +85,3 @@ def score_reference(model: torch.nn.Module, prompt_ids: list[int], response_ids:
     return ReferenceScore(tokens=len(response_ids), logprob=total, prob=math.exp(total),
                           slips=float((1.0 - lp.exp()).sum()))
 
-
-def _device(model: torch.nn.Module) -> torch.device:
-    return next(model.parameters()).device
