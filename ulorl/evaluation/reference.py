@@ -84,4 +84,3 @@ def score_reference(model: torch.nn.Module, prompt_ids: list[int], response_ids:
     total = float(lp.sum())
     return ReferenceScore(tokens=len(response_ids), logprob=total, prob=math.exp(total),
                           slips=float((1.0 - lp.exp()).sum()))
-
