@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from ulorl.config.checks import device_name, positive
-from ulorl.config.loader import check_choice
+from ulorl.config.loader import ConfigError, check_choice
 
 
 class PipelineMode(str, Enum):
@@ -16,11 +16,23 @@ class PipelineMode(str, Enum):
     OVERLAP = "overlap"  # the next step's rounds run during the update, with weights one version old
 
 
+class OptimizerName(str, Enum):
+    """`train.optimizer` (built by `ulorl.learners.optimizers`)."""
+
+    ADAMW = "adamw"  # the paper's
+    SGD = "sgd"
+
+
 @dataclass
 class TrainConfig:
     steps: int = 30  # policy updates (one gradient update per step, as in the paper)
     train_groups: int = 8  # whole groups per update (fixed batch: leftovers wait)
-    lr: float = 1e-6  # AdamW, constant (paper)
+    lr: float = 1e-6  # constant (paper)
+    # adamw (the paper's) | sgd: SGD moves each weight in proportion to its gradient, AdamW by about lr whatever
+    # the gradient (ulorl/learners/optimizers.py, docs/long_run.md)
+    optimizer: str = "adamw"
+    adam_eps: float = 1e-8  # adamw only: far above a weight's gradient scale, AdamW acts as SGD at lr/eps
+    momentum: float = 0.0  # sgd only
     weight_decay: float = 0.0
     grad_clip: float = 1.0
     micro_batch_tokens: int = 512  # tokens per micro-batch; a longer sample gets one of its own (never split)
@@ -54,6 +66,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_choice("train.pipeline", self.pipeline, PipelineMode)
+        check_choice("train.optimizer", self.optimizer, OptimizerName)
         if self.learner_device:
             device_name("train.learner_device", self.learner_device)
         for k in ("steps", "train_groups", "lr", "micro_batch_tokens", "logit_chunk", "max_rounds_per_step",
@@ -66,4 +79,8 @@ class TrainConfig:
         if self.max_stall_rounds is not None:
             positive("train.max_stall_rounds", self.max_stall_rounds)
         positive("train.weight_decay", self.weight_decay, allow_zero=True)
+        positive("train.adam_eps", self.adam_eps)
+        positive("train.momentum", self.momentum, allow_zero=True)
+        if self.momentum >= 1:
+            raise ConfigError(f"train.momentum={self.momentum} must be in [0, 1)")
         device_name("train.device", self.device)

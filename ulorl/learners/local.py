@@ -1,4 +1,4 @@
-"""`LocalLearner`, the `Learner` in this process: log-probs and entropies (chunked), the UloRL loss, AdamW.
+"""`LocalLearner`, the `Learner` in this process: log-probs and entropies (chunked), the UloRL loss, the optimizer step.
 
 One call to `update` is one gradient update on a batch of whole groups: GRPO
 advantages over each group, log-probs/entropies of the response tokens from logits
@@ -29,6 +29,7 @@ from ulorl.algo import group_advantages, pois_bias_by_age, policy_loss, stale_to
 from ulorl.algo.entropy_mask import ENTROPY_MASKS, EntropyMaskMode
 from ulorl.algo.logprobs import chunked_logprobs_entropy
 from ulorl.config import AlgoConfig, TrainConfig
+from ulorl.learners.optimizers import make_optimizer
 from ulorl.learners.micro_batch import MicroBatch, collate_padded, make_micro_batches, zero_loss_micro_batch
 from ulorl.learners.varlen import install_varlen, packed_forward
 from ulorl.trajectory import Trajectory
@@ -44,7 +45,7 @@ class LocalLearner:
                  pad_id: int) -> None:
         self.model, self.train_cfg, self.algo, self.temperature, self.pad_id = model, train, algo, temperature, pad_id
         self.params = [p for p in model.parameters() if p.requires_grad]
-        self.optimizer = torch.optim.AdamW(self.params, lr=train.lr, weight_decay=train.weight_decay)
+        self.optimizer = make_optimizer(self.params, train)
         self.entropy_mask = ENTROPY_MASKS[EntropyMaskMode(algo.entropy_mask)]
         # packed rows: attention once per sample (ulorl.learners.varlen) where the model's attention allows it
         self._varlen = train.packing and train.sequence_parallel == 1 and install_varlen(model)
