@@ -69,10 +69,18 @@ def format_summary(s: dict) -> str:
     for key in [k for k in b if k.startswith(("avg@", "pass@"))] + ["response_length/mean", "truncation_rate"]:
         if key in b and key in a:
             lines.append(f"held-out {key:<22} before {b[key]:.4f}   after {a[key]:.4f}   ({a[key] - b[key]:+.4f})")
-    p = s.get("eval_paired")
+    p, pl = s.get("eval_paired"), s.get("eval_paired_long")
     if p:
-        lines.append(f"paired over {p['num_problems']} problems: avg@k change {100 * p['delta']:+.1f} points, standard "
-                     f"error {100 * p['se']:.1f}, z = {p['z']:.1f}; {p['better']} problems better, {p['worse']} worse")
+        lines.append(f"paired over {p['num_problems']} problems: avg@k change {_paired(p)}")
+    if pl:
+        lines.append(f"  the {pl['num_problems']} of >= {pl['min_tokens']:,} solution tokens: avg@k change {_paired(pl)}")
+    r = s.get("eval_reference")
+    if r:
+        lines.append(f"held-out P(worked solution), exact: before {r['before']:.4f}   after {r['after']:.4f}; "
+                     f"change {_paired(r['all'])}")
+        if r.get("long"):
+            lines.append(f"  the {r['long']['num_problems']} of >= {r['long']['min_tokens']:,} solution tokens: "
+                         f"change {_paired(r['long'])}")
     ent = s["entropy"]
     if ent:
         idx = sorted({0, len(ent) // 4, len(ent) // 2, 3 * len(ent) // 4, len(ent) - 1})
@@ -98,6 +106,12 @@ def format_summary(s: dict) -> str:
         lines.append("peak RSS: " + ", ".join(f"{k} {v:.0f} MiB" for k, v in mem.items()) + extra)
     lines.append(f"run folder: {s['run_dir']}  (metrics.jsonl, samples.jsonl, checkpoints/, config.yaml)")
     return "\n".join(lines)
+
+
+def _paired(p: dict) -> str:
+    """A `paired_difference` result in points: change, standard error, z, problems better / worse."""
+    return (f"{100 * p['delta']:+.1f} points, standard error {100 * p['se']:.1f}, z = {p['z']:.1f}; "
+            f"{p['better']} problems better, {p['worse']} worse")
 
 
 def cmd_sft(args) -> int:

@@ -22,9 +22,16 @@ class EvalConfig:
     seed: int = 0  # sampling seed (engine call i uses seed + i)
     batch_size: int = 64  # prefixes (problems x samples) per engine call; the torch engine takes them all in one
     # call and decodes its slots at once (`rollout.max_batch` in training, --batch-size in `ulorl eval`)
+    # `ulorl train` also scores each held-out row's worked solution (`extra_info.solution`, the built-in tasks')
+    # exactly: P(the sampler writes it), avg@infinity without sampling noise, for tasks whose right answer has
+    # one worked form (ulorl/evaluation/reference.py). One forward pass per problem; paired before/after
+    reference: bool = False
+    # the held-out problems whose worked solution has at least this many tokens (EOS included) get their own
+    # paired comparison in the run's summary (sampled and, with `reference`, exact); needs the rows' solutions
+    long_tokens: int = 1000
 
     def __post_init__(self) -> None:
-        for name in ("k", "max_new_tokens", "batch_size"):
+        for name in ("k", "max_new_tokens", "batch_size", "long_tokens"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"eval.{name} must be >= 1, got {getattr(self, name)}")
         check_sampling(self.temperature, self.top_p, self.top_k, "eval.")

@@ -84,3 +84,29 @@ def score_reference(model: torch.nn.Module, prompt_ids: list[int], response_ids:
     total = float(lp.sum())
     return ReferenceScore(tokens=len(response_ids), logprob=total, prob=math.exp(total),
                           slips=float((1.0 - lp.exp()).sum()))
+
+
+def check_references(records: list, source: str) -> None:
+    """Raise `ValueError` naming the first row of `records` (from `source`) without `extra_info.solution`."""
+    for i, rec in enumerate(records):
+        if not isinstance(rec.extra_info, dict) or not isinstance(rec.extra_info.get("solution"), str):
+            raise ValueError(f"{source}: row {i} (prompt id {rec.prompt_id}) has no extra_info.solution; the exact "
+                             f"held-out measure (eval.reference) needs each row's worked solution as a string")
+
+
+def score_references(model: torch.nn.Module, tokenizer, records: list, params: SamplingParams, eos_id: int,
+                     progress: bool = False) -> list[ReferenceScore]:
+    """Each record's worked solution (`extra_info.solution`, tokenized as the SFT data is) plus `eos_id`, scored
+    under `params` with `model` in eval mode (its mode is restored after)."""
+    from tqdm.auto import tqdm
+
+    was_training = model.training
+    model.eval()
+    try:
+        out = []
+        for rec in tqdm(records, desc="exact held-out P(reference)", disable=not progress, leave=False):
+            ref = tokenizer(rec.extra_info["solution"], add_special_tokens=False)["input_ids"] + [eos_id]
+            out.append(score_reference(model, rec.prompt_tokens, ref, params))
+        return out
+    finally:
+        model.train(was_training)

@@ -23,6 +23,7 @@ from ulorl.rollout.collect import (BatchStalled, Collected, CollectSettings, Dro
 from ulorl.run.checkpoint import atomic_write_text, read_latest
 from ulorl.run.console import say
 from ulorl.run.export import EXPORT_DIR, export_checkpoint
+from ulorl.run.held_out import reference_eval
 from ulorl.run.report import overlap_metrics, record_trained, step_metrics, summarize
 from ulorl.run.scoring import RewardScorer
 from ulorl.run.session import TrainSession, open_session
@@ -45,7 +46,9 @@ def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
                 metrics.update({f"eval/{k}": v for k, v in ev.items()})
                 if step == cfg.train.steps:  # the final evaluation is this one: not sampled twice
                     session.history["eval"]["after"] = ev
-                    session.history["eval_correct"]["after"] = session.history["eval_correct"][f"step{step}"]
+                    for key in ("eval_correct", "eval_reference", "eval_reference_logprob"):  # per problem
+                        if f"step{step}" in session.history.get(key, {}):
+                            session.history[key]["after"] = session.history[key][f"step{step}"]
             session.loggers.log(metrics, step)
             bar.update(1)
             bar.set_postfix(reward=f"{metrics['critic/score/mean']:.2f}", ent=f"{metrics['actor/entropy']:.3f}",
@@ -155,10 +158,14 @@ def log_dropped(session: TrainSession, dropped: list[DroppedGroup]) -> None:
 def evaluate_policy(session: TrainSession, label: str) -> dict:
     """Held-out accuracy with the configured evaluation protocol (same seed every time).
 
-    The per-problem correct counts are kept in `history["eval_correct"][label]` for paired comparisons."""
+    The per-problem correct counts are kept in `history["eval_correct"][label]` for paired comparisons; with
+    `eval.reference`, the exact P(worked solution) of each problem too (`ulorl.run.held_out`)."""
     from ulorl.evaluation import evaluate
 
     res = evaluate(session.engine, session.tokenizer, session.eval_prompts, session.cfg.eval,
                    session.reward.score, progress=session.cfg.logging.progress)
     session.history.setdefault("eval_correct", {})[label] = [p["correct"] for p in res.per_problem]
-    return dict(res.summary)
+    summary = dict(res.summary)
+    if session.cfg.eval.reference:
+        summary.update(reference_eval(session, label))
+    return summary

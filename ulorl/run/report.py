@@ -11,7 +11,8 @@ import resource
 from collections import Counter
 from pathlib import Path
 
-from ulorl.evaluation.metrics import length_stats, paired_difference
+from ulorl.evaluation.metrics import length_stats
+from ulorl.run.held_out import paired_by_length, solution_tokens
 from ulorl.run.session import TrainSession
 from ulorl.trajectory import Trajectory
 
@@ -95,13 +96,21 @@ def summarize(session: TrainSession, checkpoint=None) -> dict:
     """The run's summary (also `summary.json`): held-out before/after with the paired comparison, trained
     samples' lengths, segments and staleness, peak memory and the last checkpoint's size."""
     ev, correct, h = session.history["eval"], session.history.get("eval_correct", {}), session.history
-    paired = None
+    paired = paired_long = reference = None
     if "before" in correct and "after" in correct and len(correct["before"]) > 1:
-        paired = paired_difference(correct["before"], correct["after"], session.cfg.eval.k)
+        e = session.cfg.eval
+        tokens = solution_tokens(session.tokenizer, session.eval_prompts)
+        by_len = paired_by_length(correct["before"], correct["after"], tokens, e.long_tokens, e.k)
+        paired, paired_long = by_len["all"], by_len.get("long")
+        probs = h.get("eval_reference", {})
+        if "before" in probs and "after" in probs:
+            reference = {"before": ev["before"]["reference/p_correct"], "after": ev["after"]["reference/p_correct"],
+                         **paired_by_length(probs["before"], probs["after"], tokens, e.long_tokens, 1)}
     out = {"run_dir": str(session.run_dir), "steps": session.step, "trained_samples": session.counters["trained_samples"],
            "dropped_groups": session.counters["dropped_groups"],
            "reward_failed_groups": session.counters.get("reward_failed_groups", 0), "eval_before": ev.get("before"),
-           "eval_after": ev.get("after"), "eval_paired": paired, "entropy": h["entropy"],
+           "eval_after": ev.get("after"), "eval_paired": paired, "eval_paired_long": paired_long,
+           "eval_reference": reference, "entropy": h["entropy"],
            "segments_hist": by_number(h["segments_hist"])}
     if h.get("trained_length_hist"):
         lengths = [int(n) for n, c in h["trained_length_hist"].items() for _ in range(c)]
