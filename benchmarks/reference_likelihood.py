@@ -25,11 +25,9 @@ from benchlib import emit, machine, quiet_torch
 
 
 def score_model(config: str, model_path: str, min_tokens: int) -> dict:
-    from tqdm import tqdm
-
     from ulorl.config import load_run_config
     from ulorl.data import load_prompts
-    from ulorl.evaluation.reference import score_reference
+    from ulorl.evaluation.reference import check_references, score_references
     from ulorl.models import eos_token_ids, load_model, load_tokenizer
     from ulorl.rollout.engines.base import SamplingParams
 
@@ -38,17 +36,15 @@ def score_model(config: str, model_path: str, min_tokens: int) -> dict:
     tok = load_tokenizer(model_path)
     records, _ = load_prompts(cfg.data, tok, "eval")
     records = records[: ev.num_problems] if ev.num_problems else records
-    if not records or "solution" not in records[0].extra_info:
-        raise SystemExit(f"{config}: the held-out rows need extra_info.solution (the built-in tasks have it)")
+    try:
+        check_references(records, f"{config}: data.eval={cfg.data.eval}")
+    except ValueError as e:
+        raise SystemExit(str(e)) from None
     model = load_model(model_path)
-    model.eval()
-    eos = eos_token_ids(model, tok)[0]
     params = SamplingParams(temperature=ev.temperature, top_p=ev.top_p, top_k=ev.top_k)
-    problems = []
-    for rec in tqdm(records, desc=model_path, disable=not sys.stderr.isatty()):
-        ref = tok(rec.extra_info["solution"], add_special_tokens=False)["input_ids"] + [eos]
-        s = score_reference(model, rec.prompt_tokens, ref, params)
-        problems.append({"size": rec.extra_info.get("size"), "tokens": s.tokens, "prob": s.prob, "slips": s.slips})
+    scores = score_references(model, tok, records, params, eos_token_ids(model, tok)[0], progress=sys.stderr.isatty())
+    problems = [{"size": rec.extra_info.get("size"), "tokens": s.tokens, "prob": s.prob, "slips": s.slips}
+                for rec, s in zip(records, scores)]
     return {"model": model_path, "sampling": {"temperature": ev.temperature, "top_p": ev.top_p, "top_k": ev.top_k},
             "all": _summary(problems), "long": _summary([p for p in problems if p["tokens"] >= min_tokens]),
             "problems": problems}
