@@ -62,3 +62,12 @@ class FakeReward:
 @pytest.fixture
 def fake_reward():
     return FakeReward()
+
+
+@pytest.fixture(scope="session")
+def eos_model_dir(tmp_path_factory):
+    """The resume tests' tiny model that often says EOS (answers of varied lengths, so rewards differ within a
+    group and every update moves the weights): `tests.run.checkpoint.resume_helpers.make_eos_model`."""
+    from tests.run.checkpoint.resume_helpers import make_eos_model
+
+    return make_eos_model(tmp_path_factory.mktemp("eos_model") / "model")

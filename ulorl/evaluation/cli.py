@@ -14,12 +14,13 @@ from ulorl.config.rollout import TorchEngineConfig
 from ulorl.data.loaders import load_source
 from ulorl.errors import ConfigError
 from ulorl.evaluation.evaluator import EvalResult, evaluate
+from ulorl.evaluation.reference import check_references, score_references
 from ulorl.reward.cli_args import add_reward_arguments, reward_config_from_args
 
 _DEFAULTS = {f.name: f.default for f in fields(EvalConfig) if f.name != "pass_k"}
 # flag -> the `eval:` field it sets; a flag left out takes the field from --config's eval section, else the default
 _EVAL_FLAGS = ("k", "temperature", "top_p", "top_k", "max_new_tokens", "num_problems", "pass_k", "seed",
-               "batch_size")
+               "batch_size", "reference", "long_tokens")
 # flag -> the `data:` field it sets, as for _EVAL_FLAGS
 _DATA_FLAGS = ("format", "prompt_key", "answer_key", "data_source_key", "max_prompt_len", "on_bad_row")
 _MAX_PROMPT_LEN = 4096  # without a preset: evaluation sets have longer prompts than the training default
@@ -45,6 +46,12 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--batch-size", type=int, default=None,
                         help="sequences decoded at once (torch engine rows; other engines: prefixes per call)")
     parser.add_argument("--seed", type=int, default=None, help=f"default {_DEFAULTS['seed']}")
+    parser.add_argument("--reference", action="store_true", default=None,
+                        help="also the exact probability that the sampler writes each row's worked solution "
+                             "(extra_info.solution, the built-in tasks'): avg@infinity without sampling noise")
+    parser.add_argument("--long-tokens", type=int, default=None,
+                        help=f"with --reference, also the mean over problems whose worked solution has at least this "
+                             f"many tokens (default {_DEFAULTS['long_tokens']})")
     # how rows are read: each flag left out comes from --config's data section, else the default shown
     parser.add_argument("--format", default=None, help="auto | verl | jsonl | trl | disk (default auto)")
     parser.add_argument("--prompt-key", default=None, help="default prompt")
@@ -163,6 +170,24 @@ def _prompt_options(args: argparse.Namespace) -> dict:
     return {"system_prompt": system, "chat_template_kwargs": kwargs}
 
 
+def add_reference(result: EvalResult, model, tokenizer, records: list, cfg: EvalConfig) -> None:
+    """The exact P(worked solution) of each evaluated problem (`reference_prob` in its row) and their means
+    (`reference/p_correct`, and `reference/p_correct_long` over the rows of >= `cfg.long_tokens` solution tokens)
+    into `result`, under the evaluation's sampling."""
+    from ulorl.models import eos_token_ids
+    from ulorl.rollout.engines.base import SamplingParams
+
+    params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
+    scores = score_references(model, tokenizer, records[: len(result.per_problem)], params,
+                              eos_token_ids(model, tokenizer)[0], progress=True)
+    for row, sc in zip(result.per_problem, scores):
+        row.update(reference_prob=sc.prob, reference_tokens=sc.tokens)
+    result.summary["reference/p_correct"] = sum(sc.prob for sc in scores) / len(scores)
+    long = [sc.prob for sc in scores if sc.tokens >= cfg.long_tokens]
+    if long:
+        result.summary["reference/p_correct_long"] = sum(long) / len(long)
+
+
 def run_eval(args: argparse.Namespace) -> int:
     """Evaluate `args.model` on every `args.data` source; write results.json and report.md."""
     from ulorl.models import eos_token_ids, load_model, load_tokenizer
@@ -178,6 +203,11 @@ def run_eval(args: argparse.Namespace) -> int:
     for source in sources:  # load (and validate) everything before the first sample is drawn
         records, report = load_source(source, tokenizer, data_cfg, split="eval")
         print(report.summary())
+        if cfg.reference:
+            try:
+                check_references(records[: cfg.num_problems] if cfg.num_problems else records, source)
+            except ValueError as e:
+                raise ConfigError(f"--reference: {e}") from None
         sets[_name(source)] = records
     model = load_model(path, dtype=args.dtype, trust_remote_code=args.trust_remote_code, device=args.device)
     engine = build_engine(_engine_name(args), model, tokenizer, eos_token_ids(model, tokenizer),
@@ -187,9 +217,11 @@ def run_eval(args: argparse.Namespace) -> int:
         with RewardManager(reward_cfg) as rm:
             for name, records in sets.items():
                 results[name] = evaluate(engine, tokenizer, records, cfg, rm.score, name=name)
+                if cfg.reference:
+                    add_reference(results[name], model, tokenizer, records, cfg)
                 s = results[name].summary
                 print(f"{name}: avg@{cfg.k}={s['avg@k']:.4f} " + " ".join(
-                    f"{k}={v:.4f}" for k, v in s.items() if k.startswith("pass@")) +
+                    f"{k}={v:.4f}" for k, v in s.items() if k.startswith(("pass@", "reference/"))) +
                     f" truncation_rate={s['truncation_rate']:.3f} mean_length={s['response_length/mean']:.1f}")
     finally:
         close_engine(engine)

@@ -1,0 +1,45 @@
+"""`ulorl eval --reference`: the exact P(worked solution) of each problem in results.json, as
+`ulorl.evaluation.reference` computes it, and a clear error for data without worked solutions."""
+
+import json
+
+import pytest
+
+from ulorl.cli import main
+from ulorl.config import DataConfig
+from ulorl.data.loaders import load_source
+from ulorl.evaluation.reference import score_references
+from ulorl.models import eos_token_ids, load_model, load_tokenizer
+from ulorl.rollout.engines.base import SamplingParams
+
+ARGS = ["--data", "builtin:chain", "--num-problems", "3", "--k", "1", "--pass-k", "1", "--max-new-tokens", "8",
+        "--top-p", "1.0", "--top-k", "-1"]
+
+
+def test_reference_scores_every_problem(tmp_path, eos_model_dir, capsys):
+    out = tmp_path / "ev"
+    assert main(["eval", "--model", str(eos_model_dir), *ARGS, "--reference", "--long-tokens", "30",
+                 "-o", str(out)]) == 0
+    res = json.loads((out / "results.json").read_text())["datasets"]["builtin:chain"]
+    tok, model = load_tokenizer(eos_model_dir), load_model(eos_model_dir)
+    records, _ = load_source("builtin:chain", tok, DataConfig(max_prompt_len=4096), split="eval")
+    scores = score_references(model, tok, records[:3], SamplingParams(temperature=0.85, top_p=1.0, top_k=-1),
+                              eos_token_ids(model, tok)[0])
+    rows = res["per_problem"]
+    assert [r["reference_tokens"] for r in rows] == [s.tokens for s in scores]
+    assert [r["reference_tokens"] for r in rows] == [
+        len(tok(r.extra_info["solution"], add_special_tokens=False)["input_ids"]) + 1 for r in records[:3]]
+    assert [r["reference_prob"] for r in rows] == pytest.approx([s.prob for s in scores], rel=1e-5, abs=1e-300)
+    assert res["summary"]["reference/p_correct"] == pytest.approx(sum(s.prob for s in scores) / 3, abs=1e-300)
+    assert ("reference/p_correct_long" in res["summary"]) == any(s.tokens >= 30 for s in scores)
+    assert "reference/p_correct=" in capsys.readouterr().out
+
+
+def test_reference_without_worked_solutions_names_the_file_and_row(tmp_path, tiny_model_dir, capsys):
+    data = tmp_path / "qa.jsonl"
+    data.write_text(json.dumps({"prompt": "1 + 1", "answer": "2"}) + "\n")
+    rc = main(["eval", "--model", str(tiny_model_dir), "--data", str(data), "--k", "1", "--reference",
+               "-o", str(tmp_path / "ev")])
+    assert rc != 0 and not (tmp_path / "ev").exists()  # refused before any sample is drawn
+    err = capsys.readouterr().err
+    assert "--reference:" in err and "qa.jsonl: row 0" in err and "extra_info.solution" in err
