@@ -73,7 +73,8 @@ def format_summary(s: dict) -> str:
     if p:
         lines.append(f"paired over {p['num_problems']} problems: avg@k change {_paired(p)}")
     if pl:
-        lines.append(f"  the {pl['num_problems']} of >= {pl['min_tokens']:,} solution tokens: avg@k change {_paired(pl)}")
+        lines.append(f"  the {pl['num_problems']} of >= {pl['min_tokens']:,} solution tokens: avg@k change "
+                     f"{_paired(pl)}")
     r = s.get("eval_reference")
     if r:
         lines.append(f"held-out P(worked solution), exact: before {r['before']:.4f}   after {r['after']:.4f}; "

@@ -14,7 +14,7 @@ from ulorl.config.rollout import TorchEngineConfig
 from ulorl.data.loaders import load_source
 from ulorl.errors import ConfigError
 from ulorl.evaluation.evaluator import EvalResult, evaluate
-from ulorl.evaluation.reference import check_references, score_references
+from ulorl.evaluation.reference import check_references, reference_means, score_references
 from ulorl.reward.cli_args import add_reward_arguments, reward_config_from_args
 
 _DEFAULTS = {f.name: f.default for f in fields(EvalConfig) if f.name != "pass_k"}
@@ -182,10 +182,7 @@ def add_reference(result: EvalResult, model, tokenizer, records: list, cfg: Eval
                               eos_token_ids(model, tokenizer)[0], progress=True)
     for row, sc in zip(result.per_problem, scores):
         row.update(reference_prob=sc.prob, reference_tokens=sc.tokens)
-    result.summary["reference/p_correct"] = sum(sc.prob for sc in scores) / len(scores)
-    long = [sc.prob for sc in scores if sc.tokens >= cfg.long_tokens]
-    if long:
-        result.summary["reference/p_correct_long"] = sum(long) / len(long)
+    result.summary.update(reference_means(scores, cfg.long_tokens))
 
 
 def run_eval(args: argparse.Namespace) -> int:

@@ -1,4 +1,5 @@
-"""`LocalLearner`, the `Learner` in this process: log-probs and entropies (chunked), the UloRL loss, the optimizer step.
+"""`LocalLearner`, the `Learner` in this process: log-probs and entropies (chunked), the UloRL loss, the update
+(`train.optimizer`: AdamW, the paper's, or SGD).
 
 One call to `update` is one gradient update on a batch of whole groups: GRPO
 advantages over each group, log-probs/entropies of the response tokens from logits
@@ -29,8 +30,8 @@ from ulorl.algo import group_advantages, pois_bias_by_age, policy_loss, stale_to
 from ulorl.algo.entropy_mask import ENTROPY_MASKS, EntropyMaskMode
 from ulorl.algo.logprobs import chunked_logprobs_entropy
 from ulorl.config import AlgoConfig, TrainConfig
-from ulorl.learners.optimizers import make_optimizer
 from ulorl.learners.micro_batch import MicroBatch, collate_padded, make_micro_batches, zero_loss_micro_batch
+from ulorl.learners.optimizers import make_optimizer
 from ulorl.learners.varlen import install_varlen, packed_forward
 from ulorl.trajectory import Trajectory
 

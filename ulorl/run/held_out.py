@@ -9,7 +9,7 @@ gives the same comparison without sampling noise. Neither is in the paper, which
 from __future__ import annotations
 
 from ulorl.evaluation.metrics import paired_difference
-from ulorl.evaluation.reference import score_references
+from ulorl.evaluation.reference import reference_means, score_references
 from ulorl.models import eos_token_ids
 from ulorl.rollout.engines.base import SamplingParams
 
@@ -30,14 +30,9 @@ def reference_eval(session, label: str) -> dict[str, float]:
     eos = eos_token_ids(session.model, session.tokenizer)[0]
     scores = score_references(session.model, session.tokenizer, session.eval_prompts, params, eos,
                               progress=session.cfg.logging.progress)
-    probs = [s.prob for s in scores]
-    h.setdefault("eval_reference", {})[label] = probs
+    h.setdefault("eval_reference", {})[label] = [s.prob for s in scores]
     h.setdefault("eval_reference_logprob", {})[label] = [s.logprob for s in scores]  # where probs underflow to 0
-    long = [p for p, s in zip(probs, scores) if s.tokens >= ev.long_tokens]
-    out = {"reference/p_correct": sum(probs) / len(probs)}
-    if long:
-        out["reference/p_correct_long"] = sum(long) / len(long)
-    return out
+    return reference_means(scores, ev.long_tokens)
 
 
 def paired_by_length(before: list[float], after: list[float], tokens: list[int] | None, long_tokens: int,
