@@ -127,3 +127,22 @@ def test_train_end_to_end_on_the_tiny_model(tmp_path, tiny_model_dir, capsys, mo
     assert paired["num_problems"] == 4 and paired["better"] + paired["worse"] + paired["same"] == 4
     assert paired["delta"] == pytest.approx(summary["eval_after"]["avg@k"] - summary["eval_before"]["avg@k"])
     assert "paired over 4 problems" in out
+
+
+def test_sft_without_an_eval_set_saves_the_warm_start_and_says_so(tmp_path, tiny_model_dir, capsys):
+    run = tmp_path / "sft"
+    assert main(["sft", "-o", str(run), f"model.path={tiny_model_dir}", "sft.steps=3", "sft.num_examples=16",
+                 "data.eval=null", "logging.progress=false"]) == 0
+    report = json.loads((run / "sft_report.json").read_text())
+    assert report["eval"] is None and (run / "model" / "config.json").exists()
+    assert "data.eval is null: the warm start is not evaluated" in capsys.readouterr().out
+
+
+def test_sft_report_has_the_exact_measure_with_eval_reference(tmp_path, tiny_model_dir):
+    run = tmp_path / "sft"
+    assert main(["sft", "-o", str(run), f"model.path={tiny_model_dir}", "sft.steps=3", "sft.num_examples=16",
+                 "data.eval_size=3", "eval.k=1", "eval.pass_k=[1]", "eval.max_new_tokens=8", "eval.reference=true",
+                 "eval.long_tokens=1", "logging.progress=false"]) == 0
+    ev = json.loads((run / "sft_report.json").read_text())["eval"]
+    assert ev["num_problems"] == 3 and 0 <= ev["reference/p_correct"] <= 1
+    assert ev["reference/p_correct_long"] == ev["reference/p_correct"]  # every solution has >= 1 token

@@ -2,7 +2,9 @@
 
 The report (`sft_report.json` in the run folder) gives avg@k / pass@k on the
 held-out split and the response-length distribution of the SFT model's samples
-(mean, p50, p90, max, max/mean), the evidence that the built-in task is long-tailed.
+(mean, p50, p90, max, max/mean), the evidence that the built-in task is long-tailed;
+with `eval.reference`, also the exact P(worked solution) means (`ulorl.evaluation.reference`).
+With `data.eval: null` the warm start is made and the report's `eval` is null.
 """
 
 from __future__ import annotations
@@ -10,13 +12,15 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ulorl.config import RunConfig
+from ulorl.config import ConfigError, RunConfig
 from ulorl.data import load_prompts
 from ulorl.evaluation import evaluate
+from ulorl.evaluation.reference import check_references, reference_means, score_references
 from ulorl.models import eos_token_ids, load_model, load_tokenizer
 from ulorl.reward import RewardManager
-from ulorl.rollout.engines.base import close_engine
+from ulorl.rollout.engines.base import SamplingParams, close_engine
 from ulorl.rollout.engines.registry import build_engine
+from ulorl.run.console import say
 from ulorl.run.sft import run_sft
 
 
@@ -25,13 +29,26 @@ def evaluate_model(cfg: RunConfig, model_path: str, progress: bool = True) -> di
     tok = load_tokenizer(model_path, cfg.model.trust_remote_code)
     model = load_model(model_path, cfg.model.dtype, cfg.model.trust_remote_code, cfg.train.device)
     prompts, _ = load_prompts(cfg.data, tok, "eval")
+    ev = cfg.eval
+    if ev.num_problems:
+        prompts = prompts[: ev.num_problems]
+    if ev.reference:  # before sampling: rows without a worked solution are refused at once
+        try:
+            check_references(prompts, f"data.eval={cfg.data.eval}")
+        except ValueError as e:
+            raise ConfigError(f"eval.reference=true: {e}") from None
     engine = build_engine(cfg.rollout.engine, model, tok, eos_token_ids(model, tok), torch=cfg.rollout.torch)
     try:
         with RewardManager(cfg.reward) as rm:
-            res = evaluate(engine, tok, prompts, cfg.eval, rm.score, progress=progress)
+            res = evaluate(engine, tok, prompts, ev, rm.score, progress=progress)
     finally:
         close_engine(engine)
     summary = dict(res.summary)
+    if ev.reference:
+        params = SamplingParams(temperature=ev.temperature, top_p=ev.top_p, top_k=ev.top_k)
+        scores = score_references(model, tok, prompts, params, eos_token_ids(model, tok)[0],
+                                  progress=progress)
+        summary.update(reference_means(scores, ev.long_tokens))
     mean = summary.get("response_length/mean", 0.0)
     summary["response_length/max_over_mean"] = summary.get("response_length/max", 0.0) / mean if mean else 0.0
     return summary
@@ -40,6 +57,10 @@ def evaluate_model(cfg: RunConfig, model_path: str, progress: bool = True) -> di
 def sft_and_report(cfg: RunConfig, run_dir: str | Path) -> dict:
     run_dir = Path(run_dir)
     model_dir = run_sft(cfg.model, cfg.sft, run_dir, progress=cfg.logging.progress)
-    report = {"model": str(model_dir), "eval": evaluate_model(cfg, str(model_dir), cfg.logging.progress)}
+    report = {"model": str(model_dir), "eval": None}
+    if cfg.data.eval:
+        report["eval"] = evaluate_model(cfg, str(model_dir), cfg.logging.progress)
+    else:
+        say("data.eval is null: the warm start is not evaluated")
     (run_dir / "sft_report.json").write_text(json.dumps(report, indent=1))
     return report
