@@ -25,11 +25,10 @@ from benchlib import emit, machine, quiet_torch
 
 
 def score_model(config: str, model_path: str, min_tokens: int) -> dict:
-    from ulorl.config import load_run_config
+    from ulorl.config import ConfigError, load_run_config
     from ulorl.data import load_prompts
-    from ulorl.evaluation.reference import check_references, score_references
-    from ulorl.models import eos_token_ids, load_model, load_tokenizer
-    from ulorl.rollout.engines.base import SamplingParams
+    from ulorl.evaluation.reference import check_references, score_eval_references
+    from ulorl.models import load_model, load_tokenizer
 
     cfg = load_run_config(config)
     ev = cfg.eval
@@ -37,12 +36,10 @@ def score_model(config: str, model_path: str, min_tokens: int) -> dict:
     records, _ = load_prompts(cfg.data, tok, "eval")
     records = records[: ev.num_problems] if ev.num_problems else records
     try:
-        check_references(records, f"{config}: data.eval={cfg.data.eval}")
-    except ValueError as e:
+        check_references(records, f"data.eval={cfg.data.eval}", config)
+    except ConfigError as e:
         raise SystemExit(str(e)) from None
-    model = load_model(model_path)
-    params = SamplingParams(temperature=ev.temperature, top_p=ev.top_p, top_k=ev.top_k)
-    scores = score_references(model, tok, records, params, eos_token_ids(model, tok)[0], progress=sys.stderr.isatty())
+    scores = score_eval_references(load_model(model_path), tok, records, ev, progress=sys.stderr.isatty())
     problems = [{"size": rec.extra_info.get("size"), "tokens": s.tokens, "prob": s.prob, "slips": s.slips}
                 for rec, s in zip(records, scores)]
     return {"model": model_path, "sampling": {"temperature": ev.temperature, "top_p": ev.top_p, "top_k": ev.top_k},

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ulorl.config.loader import ConfigError
-from ulorl.rollout.engines.base import check_sampling
+from ulorl.rollout.engines.base import SamplingParams, check_sampling
 
 
 @dataclass
@@ -39,6 +39,10 @@ class EvalConfig:
             raise ConfigError(f"eval.num_problems must be >= 1 or null, got {self.num_problems}")
         if not self.pass_k or any(int(x) < 1 for x in self.pass_k):
             raise ConfigError(f"eval.pass_k must be a non-empty list of integers >= 1, got {self.pass_k}")
+
+    def sampling(self) -> SamplingParams:
+        """The sampler settings of this protocol (temperature, top_p, top_k)."""
+        return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
 
     def reported_pass_k(self) -> list[int]:
         """The pass@k' values reported: those in `pass_k` that are <= k, plus k itself."""

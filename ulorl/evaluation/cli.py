@@ -14,7 +14,7 @@ from ulorl.config.rollout import TorchEngineConfig
 from ulorl.data.loaders import load_source
 from ulorl.errors import ConfigError
 from ulorl.evaluation.evaluator import EvalResult, evaluate
-from ulorl.evaluation.reference import check_references, reference_means, score_references
+from ulorl.evaluation.reference import check_references, reference_means, score_eval_references
 from ulorl.reward.cli_args import add_reward_arguments, reward_config_from_args
 
 _DEFAULTS = {f.name: f.default for f in fields(EvalConfig) if f.name != "pass_k"}
@@ -174,12 +174,7 @@ def add_reference(result: EvalResult, model, tokenizer, records: list, cfg: Eval
     """The exact P(worked solution) of each evaluated problem (`reference_prob` in its row) and their means
     (`reference/p_correct`, and `reference/p_correct_long` over the rows of >= `cfg.long_tokens` solution tokens)
     into `result`, under the evaluation's sampling."""
-    from ulorl.models import eos_token_ids
-    from ulorl.rollout.engines.base import SamplingParams
-
-    params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
-    scores = score_references(model, tokenizer, records[: len(result.per_problem)], params,
-                              eos_token_ids(model, tokenizer)[0], progress=True)
+    scores = score_eval_references(model, tokenizer, records[: len(result.per_problem)], cfg, progress=True)
     for row, sc in zip(result.per_problem, scores):
         row.update(reference_prob=sc.prob, reference_tokens=sc.tokens)
     result.summary.update(reference_means(scores, cfg.long_tokens))
@@ -201,10 +196,7 @@ def run_eval(args: argparse.Namespace) -> int:
         records, report = load_source(source, tokenizer, data_cfg, split="eval")
         print(report.summary())
         if cfg.reference:
-            try:
-                check_references(records[: cfg.num_problems] if cfg.num_problems else records, source)
-            except ValueError as e:
-                raise ConfigError(f"--reference: {e}") from None
+            check_references(records[: cfg.num_problems] if cfg.num_problems else records, source, "--reference")
         sets[_name(source)] = records
     model = load_model(path, dtype=args.dtype, trust_remote_code=args.trust_remote_code, device=args.device)
     engine = build_engine(_engine_name(args), model, tokenizer, eos_token_ids(model, tokenizer),

@@ -19,7 +19,7 @@ from ulorl.data.records import PromptRecord
 from ulorl.config.evaluation import EvalConfig
 from ulorl.evaluation.metrics import length_stats, pass_at_k
 from ulorl.evaluation.groups import sample_groups
-from ulorl.rollout.engines.base import Engine, SamplingParams
+from ulorl.rollout.engines.base import Engine
 
 # (responses, ground_truths, data_sources, extra_infos=[each row's extra_info]) -> rewards; `RewardManager.score`
 ScoreFn = Callable[..., list[float]]
@@ -75,7 +75,7 @@ def evaluate(
     prompts = prompts[: cfg.num_problems] if cfg.num_problems else list(prompts)
     if not prompts:
         raise ValueError(f"{name}: no prompts to evaluate")
-    params = SamplingParams(temperature=cfg.temperature, top_p=cfg.top_p, top_k=cfg.top_k)
+    params = cfg.sampling()
     groups = sample_groups(engine, [p.prompt_tokens for p in prompts], cfg.k, params, cfg.max_new_tokens,
                            batch_size=cfg.batch_size, seed=cfg.seed, desc=f"eval {name}", progress=progress)
     outs = [o for g in groups for o in g]

@@ -24,6 +24,8 @@ from dataclasses import dataclass
 
 import torch
 
+from ulorl.config.evaluation import EvalConfig
+from ulorl.errors import ConfigError
 from ulorl.rollout.engines.base import SamplingParams
 from ulorl.rollout.engines.torch.sampler import filter_logits
 
@@ -86,12 +88,13 @@ def score_reference(model: torch.nn.Module, prompt_ids: list[int], response_ids:
                           slips=float((1.0 - lp.exp()).sum()))
 
 
-def check_references(records: list, source: str) -> None:
-    """Raise `ValueError` naming the first row of `records` (from `source`) without `extra_info.solution`."""
+def check_references(records: list, source: str, key: str) -> None:
+    """Raise `ConfigError` (prefixed with `key`, the setting that asked for the measure) naming the first row of
+    `records` (from `source`) without `extra_info.solution`."""
     for i, rec in enumerate(records):
         if not isinstance(rec.extra_info, dict) or not isinstance(rec.extra_info.get("solution"), str):
-            raise ValueError(f"{source}: row {i} (prompt id {rec.prompt_id}) has no extra_info.solution; the exact "
-                             f"held-out measure (eval.reference) needs each row's worked solution as a string")
+            raise ConfigError(f"{key}: {source}: row {i} (prompt id {rec.prompt_id}) has no extra_info.solution; the "
+                              f"exact held-out measure (eval.reference) needs each row's worked solution as a string")
 
 
 def score_references(model: torch.nn.Module, tokenizer, records: list, params: SamplingParams, eos_id: int,
@@ -110,6 +113,14 @@ def score_references(model: torch.nn.Module, tokenizer, records: list, params: S
         return out
     finally:
         model.train(was_training)
+
+
+def score_eval_references(model: torch.nn.Module, tokenizer, records: list, cfg: EvalConfig,
+                          progress: bool = False) -> list[ReferenceScore]:
+    """`score_references` under the evaluation protocol `cfg`'s sampling, with the model's first EOS id."""
+    from ulorl.models import eos_token_ids
+
+    return score_references(model, tokenizer, records, cfg.sampling(), eos_token_ids(model, tokenizer)[0], progress)
 
 
 def reference_means(scores: list[ReferenceScore], long_tokens: int) -> dict[str, float]:

@@ -9,9 +9,7 @@ gives the same comparison without sampling noise. Neither is in the paper, which
 from __future__ import annotations
 
 from ulorl.evaluation.metrics import paired_difference
-from ulorl.evaluation.reference import reference_means, score_references
-from ulorl.models import eos_token_ids
-from ulorl.rollout.engines.base import SamplingParams
+from ulorl.evaluation.reference import reference_means, score_eval_references
 
 
 def solution_tokens(tokenizer, records: list) -> list[int] | None:
@@ -26,10 +24,8 @@ def reference_eval(session, label: str) -> dict[str, float]:
     `history["eval_reference"][label]` (and its log in `eval_reference_logprob`); returns the means over all
     problems and over the long ones."""
     ev, h = session.cfg.eval, session.history
-    params = SamplingParams(temperature=ev.temperature, top_p=ev.top_p, top_k=ev.top_k)
-    eos = eos_token_ids(session.model, session.tokenizer)[0]
-    scores = score_references(session.model, session.tokenizer, session.eval_prompts, params, eos,
-                              progress=session.cfg.logging.progress)
+    scores = score_eval_references(session.model, session.tokenizer, session.eval_prompts, ev,
+                                   progress=session.cfg.logging.progress)
     h.setdefault("eval_reference", {})[label] = [s.prob for s in scores]
     h.setdefault("eval_reference_logprob", {})[label] = [s.logprob for s in scores]  # where probs underflow to 0
     return reference_means(scores, ev.long_tokens)

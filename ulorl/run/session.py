@@ -28,7 +28,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ulorl.config import ConfigError, RunConfig, bound_by_machine, check_runnable, dump_yaml, to_dict
+from ulorl.config import RunConfig, bound_by_machine, check_runnable, dump_yaml, to_dict
 from ulorl.data import PromptRecord, load_prompts
 from ulorl.distributed.placement import Placement, build_placement
 from ulorl.evaluation.reference import check_references
@@ -252,10 +252,7 @@ def load_data(cfg: RunConfig, tokenizer) -> tuple[list[PromptRecord], list[Promp
         evals, ereport = load_prompts(cfg.data, tokenizer, "eval")
         say(f"eval data: {ereport.summary()}")
         if cfg.eval.reference:
-            try:
-                check_references(evals, f"data.eval={cfg.data.eval}")
-            except ValueError as e:
-                raise ConfigError(f"eval.reference=true: {e}") from None
+            check_references(evals, f"data.eval={cfg.data.eval}", "eval.reference=true")
     return train, evals
 
 

@@ -12,13 +12,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from ulorl.config import ConfigError, RunConfig
+from ulorl.config import RunConfig
 from ulorl.data import load_prompts
 from ulorl.evaluation import evaluate
-from ulorl.evaluation.reference import check_references, reference_means, score_references
+from ulorl.evaluation.reference import check_references, reference_means, score_eval_references
 from ulorl.models import eos_token_ids, load_model, load_tokenizer
 from ulorl.reward import RewardManager
-from ulorl.rollout.engines.base import SamplingParams, close_engine
+from ulorl.rollout.engines.base import close_engine
 from ulorl.rollout.engines.registry import build_engine
 from ulorl.run.console import say
 from ulorl.run.sft import run_sft
@@ -33,10 +33,7 @@ def evaluate_model(cfg: RunConfig, model_path: str, progress: bool = True) -> di
     if ev.num_problems:
         prompts = prompts[: ev.num_problems]
     if ev.reference:  # before sampling: rows without a worked solution are refused at once
-        try:
-            check_references(prompts, f"data.eval={cfg.data.eval}")
-        except ValueError as e:
-            raise ConfigError(f"eval.reference=true: {e}") from None
+        check_references(prompts, f"data.eval={cfg.data.eval}", "eval.reference=true")
     engine = build_engine(cfg.rollout.engine, model, tok, eos_token_ids(model, tok), torch=cfg.rollout.torch)
     try:
         with RewardManager(cfg.reward) as rm:
@@ -45,10 +42,7 @@ def evaluate_model(cfg: RunConfig, model_path: str, progress: bool = True) -> di
         close_engine(engine)
     summary = dict(res.summary)
     if ev.reference:
-        params = SamplingParams(temperature=ev.temperature, top_p=ev.top_p, top_k=ev.top_k)
-        scores = score_references(model, tok, prompts, params, eos_token_ids(model, tok)[0],
-                                  progress=progress)
-        summary.update(reference_means(scores, ev.long_tokens))
+        summary.update(reference_means(score_eval_references(model, tok, prompts, ev, progress), ev.long_tokens))
     mean = summary.get("response_length/mean", 0.0)
     summary["response_length/max_over_mean"] = summary.get("response_length/max", 0.0) / mean if mean else 0.0
     return summary
