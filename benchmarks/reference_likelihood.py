@@ -4,15 +4,15 @@ and paired comparisons of the models on it: avg@infinity without sampling noise 
     python benchmarks/reference_likelihood.py --config configs/long.yaml \
         --model before=RUN/warm_start/model --model after=RUN/export [--min-tokens 1000] [--out F.json]
 
-For every problem of the config's held-out set (as the run loads it: `data.eval`, `eval.num_problems`) the
-reference is the worked solution (`extra_info.solution`, the built-in tasks') followed by EOS, and its
-probability is computed under `eval.temperature / top_p / top_k` in one forward pass. Reported per model: the
-mean probability over all problems and over those whose reference has at least `--min-tokens` tokens (EOS
-included), and the expected number of tokens that leave the reference per 1,000 tokens. Each model after the first
-is compared with the first, problem by problem (`paired_difference` on the probabilities): the change, its
-standard error and z, for all problems and for the long ones. The probability counts only the worked form of a
-right answer; a response that reaches the right value through cancelling errors is right for the reward but not
-here, so these means are slightly below avg@k.
+For every problem of the config's held-out set that the run scores exactly (as the run loads it: `data.eval`,
+`eval.reference_problems`, else `eval.num_problems`) the reference is the worked solution (`extra_info.solution`,
+the built-in tasks') followed by EOS, and its probability is computed under `eval.temperature / top_p / top_k` in
+one forward pass. Reported per model: the mean probability over all problems and over those whose reference has at
+least `--min-tokens` tokens (EOS included), and the expected number of tokens that leave the reference per 1,000
+tokens. Each model after the first is compared with the first, problem by problem (`paired_difference` on the
+probabilities): the change, its standard error and z, for all problems and for the long ones. The probability
+counts only the worked form of a right answer; a response that reaches the right value through cancelling errors is
+right for the reward but not here, so these means are slightly below avg@k.
 """
 
 from __future__ import annotations
@@ -34,8 +34,8 @@ def score_model(config: str, model_path: str, min_tokens: int) -> dict:
     ev = cfg.eval
     tok = load_tokenizer(model_path)
     records, _ = load_prompts(cfg.data, tok, "eval")
-    records = records[: ev.num_problems] if ev.num_problems else records
     try:
+        records = ev.referenced(records, f"data.eval={cfg.data.eval}")
         check_references(records, f"data.eval={cfg.data.eval}", config)
     except ConfigError as e:
         raise SystemExit(str(e)) from None

@@ -77,8 +77,8 @@ def format_summary(s: dict) -> str:
                      f"{_paired(pl)}")
     r = s.get("eval_reference")
     if r:
-        lines.append(f"held-out P(worked solution), exact: before {r['before']:.4f}   after {r['after']:.4f}; "
-                     f"change {_paired(r['all'])}")
+        lines.append(f"held-out P(worked solution), exact, {r['all']['num_problems']} problems: before "
+                     f"{r['before']:.4f}   after {r['after']:.4f}; change {_paired(r['all'])}")
         if r.get("long"):
             lines.append(f"  the {r['long']['num_problems']} of >= {r['long']['min_tokens']:,} solution tokens: "
                          f"change {_paired(r['long'])}")

@@ -48,6 +48,7 @@ def test_dotted_overrides_are_typed():
     ("distributed.backend=mpi", "distributed.backend='mpi' is not allowed; choose one of: local, ray"),
     ("sft.task=builtin:nope", "sft.task='builtin:nope' is not allowed; choose one of: builtin:chain, builtin:od"),
     ("eval.top_p=0", "eval.top_p must be in (0, 1]"),
+    ("eval.reference_problems=2000", "eval.reference_problems needs eval.reference: true"),
     ("logging.loggers=[console,mlflow]", "logging.loggers='mlflow' is not allowed"),
     ("data.on_bad_row=ignore", "data.on_bad_row='ignore' is not allowed; choose one of: error, skip"),
     ("nonsense", "must look like key.subkey=value"),

@@ -16,22 +16,30 @@ ARGS = ["--data", "builtin:chain", "--num-problems", "3", "--k", "1", "--pass-k"
         "--top-p", "1.0", "--top-k", "-1"]
 
 
-def test_reference_scores_every_problem(tmp_path, eos_model_dir, capsys):
+@pytest.mark.parametrize("scored", [3, 5])  # 5: two problems beyond the 3 sampled (--reference-problems)
+def test_reference_scores_every_problem(tmp_path, eos_model_dir, capsys, scored):
     out = tmp_path / "ev"
-    assert main(["eval", "--model", str(eos_model_dir), *ARGS, "--reference", "--long-tokens", "30",
+    extra = ["--reference-problems", str(scored)] if scored > 3 else []
+    assert main(["eval", "--model", str(eos_model_dir), *ARGS, "--reference", "--long-tokens", "30", *extra,
                  "-o", str(out)]) == 0
     res = json.loads((out / "results.json").read_text())["datasets"]["builtin:chain"]
     tok, model = load_tokenizer(eos_model_dir), load_model(eos_model_dir)
     records, _ = load_source("builtin:chain", tok, DataConfig(max_prompt_len=4096), split="eval")
-    scores = score_references(model, tok, records[:3], SamplingParams(temperature=0.85, top_p=1.0, top_k=-1),
-                              eos_token_ids(model, tok)[0])
+    every = score_references(model, tok, records[:scored], SamplingParams(temperature=0.85, top_p=1.0, top_k=-1),
+                             eos_token_ids(model, tok)[0])
+    scores = every[:3]
     rows = res["per_problem"]
+    assert len(rows) == 3 and res["summary"]["reference/problems"] == scored
+    assert [(r["prompt_id"], r["reference_tokens"]) for r in res["reference_only"]] == [
+        (rec.prompt_id, s.tokens) for rec, s in zip(records[3:scored], every[3:])]
+    assert [r["reference_prob"] for r in res["reference_only"]] == pytest.approx(
+        [s.prob for s in every[3:]], rel=1e-5, abs=1e-300)
     assert [r["reference_tokens"] for r in rows] == [s.tokens for s in scores]
     assert [r["reference_tokens"] for r in rows] == [
         len(tok(r.extra_info["solution"], add_special_tokens=False)["input_ids"]) + 1 for r in records[:3]]
     assert [r["reference_prob"] for r in rows] == pytest.approx([s.prob for s in scores], rel=1e-5, abs=1e-300)
-    assert res["summary"]["reference/p_correct"] == pytest.approx(sum(s.prob for s in scores) / 3, abs=1e-300)
-    assert ("reference/p_correct_long" in res["summary"]) == any(s.tokens >= 30 for s in scores)
+    assert res["summary"]["reference/p_correct"] == pytest.approx(sum(s.prob for s in every) / scored, abs=1e-300)
+    assert ("reference/p_correct_long" in res["summary"]) == any(s.tokens >= 30 for s in every)
     assert "reference/p_correct=" in capsys.readouterr().out
 
 

@@ -7,6 +7,7 @@ import pytest
 
 from ulorl.cli import main
 from ulorl.config import ConfigError, load_run_config
+from ulorl.config.evaluation import EvalConfig
 from ulorl.data import load_prompts
 from ulorl.evaluation.reference import score_references
 from ulorl.models import eos_token_ids, load_model, load_tokenizer
@@ -23,6 +24,21 @@ def test_paired_by_length_hand_computed():
     assert long["delta"] == pytest.approx(0.25) and long["se"] == pytest.approx(0.25) and long["z"] == pytest.approx(1)
     assert "long" not in paired_by_length([0, 1], [1, 1], [10, 2000], 1000, 4)  # one long problem: no pair
     assert "long" not in paired_by_length([0, 1], [1, 1], None, 1000, 4)  # lengths unknown
+
+
+def test_sampled_and_referenced_rows():
+    rows = list(range(10))
+    ev = EvalConfig(num_problems=3, reference=True, reference_problems=8)
+    assert ev.sampled(rows) == [0, 1, 2] and ev.referenced(rows) == list(range(8))
+    plain = EvalConfig(num_problems=3, reference=True)
+    assert plain.referenced(rows) == plain.sampled(rows) == [0, 1, 2]
+    assert EvalConfig().sampled(rows) == EvalConfig().referenced(rows) == rows  # num_problems None: every row
+    with pytest.raises(ConfigError, match=r"reference_problems=8 but data.eval=x.jsonl has 5 rows; .*data.eval_size"):
+        ev.referenced(rows[:5], "data.eval=x.jsonl")
+    with pytest.raises(ConfigError, match="must be >= eval.num_problems .* got 2 with num_problems 3"):
+        EvalConfig(num_problems=3, reference=True, reference_problems=2)
+    with pytest.raises(ConfigError, match="got 5 with num_problems None"):
+        EvalConfig(reference=True, reference_problems=5)
 
 
 def test_solution_tokens_need_every_rows_solution(tiny_model_dir):
@@ -43,10 +59,11 @@ ARGS = ["model.warm_start=none", "train.steps=2", "train.eval_every=2", "train.t
 
 
 def test_train_reports_the_exact_measure_of_its_saved_models(tmp_path, eos_model_dir, capsys):
-    # rewards that differ within a group (soft length penalty), so the two updates move the weights
+    # rewards that differ within a group (soft length penalty), so the two updates move the weights. avg@k samples
+    # the first 4 held-out problems, the exact measure scores all 6 (eval.reference_problems)
     run = tmp_path / "run"
     args = [f"model.path={eos_model_dir}", *ARGS, "reward.fn=exact", "reward.overlong=soft_penalty",
-            "reward.overlong_buffer=16"]
+            "reward.overlong_buffer=16", "eval.num_problems=4", "eval.reference_problems=6", "eval.long_tokens=10"]
     assert main(["train", "-o", str(run), *args]) == 0
     out = capsys.readouterr().out
     summary = json.loads((run / "summary.json").read_text())
@@ -69,13 +86,17 @@ def test_train_reports_the_exact_measure_of_its_saved_models(tmp_path, eos_model
     assert ref["before"] == pytest.approx(sum(probs["before"]) / 6, rel=1e-4)
     assert ref["after"] == pytest.approx(sum(probs["after"]) / 6, rel=1e-4)
     assert ref["all"]["delta"] == pytest.approx(ref["after"] - ref["before"], rel=1e-4, abs=1e-12)
+    assert ref["all"]["num_problems"] == 6 and summary["eval_paired"]["num_problems"] == 4
+    assert len(history["eval_correct"]["before"]) == 4
     tokens = solution_tokens(tok, rows)
-    n_long = sum(n >= 12 for n in tokens)
-    assert 2 <= n_long < 6  # the bucket splits this set
-    assert ref["long"]["num_problems"] == n_long == summary["eval_paired_long"]["num_problems"]
-    long_before = [p for p, n in zip(probs["before"], tokens) if n >= 12]
+    n_long, n_long_sampled = sum(n >= 10 for n in tokens), sum(n >= 10 for n in tokens[:4])
+    assert (n_long, n_long_sampled) == (3, 2)  # solutions of 13, 9, 11, 7, 131 and 7 tokens
+    assert ref["long"]["num_problems"] == n_long
+    assert summary["eval_paired_long"]["num_problems"] == n_long_sampled
+    long_before = [p for p, n in zip(probs["before"], tokens) if n >= 10]
     assert summary["eval_before"]["reference/p_correct_long"] == pytest.approx(sum(long_before) / n_long, rel=1e-4)
-    assert "held-out P(worked solution), exact: before" in out and f"the {n_long} of >= 12 solution tokens" in out
+    assert "held-out P(worked solution), exact, 6 problems: before" in out
+    assert f"the {n_long} of >= 10 solution tokens" in out
 
 
 def test_reference_needs_the_held_out_solutions(tmp_path, tiny_model_dir):

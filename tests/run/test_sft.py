@@ -6,7 +6,10 @@ import pytest
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from ulorl.cli import build_parser, main
-from ulorl.config import ModelConfig, SFTConfig
+from ulorl.config import ModelConfig, SFTConfig, load_run_config
+from ulorl.data import load_prompts
+from ulorl.evaluation.reference import score_eval_references
+from ulorl.models import load_model, load_tokenizer
 from ulorl.run.sft import run_sft
 
 
@@ -139,10 +142,17 @@ def test_sft_without_an_eval_set_saves_the_warm_start_and_says_so(tmp_path, tiny
 
 
 def test_sft_report_has_the_exact_measure_with_eval_reference(tmp_path, tiny_model_dir):
+    # avg@k samples 2 held-out problems, the exact measure scores 3 (eval.reference_problems)
     run = tmp_path / "sft"
-    assert main(["sft", "-o", str(run), f"model.path={tiny_model_dir}", "sft.steps=3", "sft.num_examples=16",
-                 "data.eval_size=3", "eval.k=1", "eval.pass_k=[1]", "eval.max_new_tokens=8", "eval.reference=true",
-                 "eval.long_tokens=1", "logging.progress=false"]) == 0
+    args = [f"model.path={tiny_model_dir}", "sft.steps=3", "sft.num_examples=16", "data.eval_size=3", "eval.k=1",
+            "eval.pass_k=[1]", "eval.max_new_tokens=8", "eval.reference=true", "eval.long_tokens=1",
+            "eval.num_problems=2", "eval.reference_problems=3", "logging.progress=false"]
+    assert main(["sft", "-o", str(run), *args]) == 0
     ev = json.loads((run / "sft_report.json").read_text())["eval"]
-    assert ev["num_problems"] == 3 and 0 <= ev["reference/p_correct"] <= 1
+    assert ev["num_problems"] == 2 and ev["reference/problems"] == 3
+    cfg, tok, model = load_run_config(None, args), load_tokenizer(run / "model"), load_model(run / "model")
+    rows, _ = load_prompts(cfg.data, tok, "eval")
+    scores = score_eval_references(model, tok, rows, cfg.eval)
+    assert len(rows) == 3 and ev["reference/p_correct"] == pytest.approx(sum(s.prob for s in scores) / 3,
+                                                                          rel=1e-4, abs=1e-30)
     assert ev["reference/p_correct_long"] == ev["reference/p_correct"]  # every solution has >= 1 token

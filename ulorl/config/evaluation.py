@@ -26,6 +26,11 @@ class EvalConfig:
     # exactly: P(the sampler writes it), avg@infinity without sampling noise, for tasks whose right answer has
     # one worked form (ulorl/evaluation/reference.py). One forward pass per problem; paired before/after
     reference: bool = False
+    # the exact measure over the first N held-out problems (None: the sampled ones, `num_problems`). It costs one
+    # forward pass a problem, so a held-out set several times avg@k's costs little and gives the paired
+    # comparison its power when a run's gains sit on a few problems. Needs `reference` and N >= num_problems (the
+    # sampled problems are its first ones); the held-out source must hold N rows (`data.eval_size` when built in)
+    reference_problems: int | None = None
     # the held-out problems whose worked solution has at least this many tokens (EOS included) get their own
     # paired comparison in the run's summary (sampled and, with `reference`, exact); needs the rows' solutions
     long_tokens: int = 1000
@@ -37,12 +42,33 @@ class EvalConfig:
         check_sampling(self.temperature, self.top_p, self.top_k, "eval.")
         if self.num_problems is not None and self.num_problems < 1:
             raise ConfigError(f"eval.num_problems must be >= 1 or null, got {self.num_problems}")
+        if self.reference_problems is not None:
+            if not self.reference:
+                raise ConfigError("eval.reference_problems needs eval.reference: true (it sizes the exact measure)")
+            if self.num_problems is None or self.reference_problems < self.num_problems:
+                raise ConfigError(f"eval.reference_problems must be >= eval.num_problems (the sampled problems are "
+                                  f"its first ones), got {self.reference_problems} with num_problems "
+                                  f"{self.num_problems}")
         if not self.pass_k or any(int(x) < 1 for x in self.pass_k):
             raise ConfigError(f"eval.pass_k must be a non-empty list of integers >= 1, got {self.pass_k}")
 
     def sampling(self) -> SamplingParams:
         """The sampler settings of this protocol (temperature, top_p, top_k)."""
         return SamplingParams(temperature=self.temperature, top_p=self.top_p, top_k=self.top_k)
+
+    def sampled(self, records: list) -> list:
+        """The held-out rows avg@k samples: the first `num_problems` (all when None)."""
+        return list(records[: self.num_problems]) if self.num_problems else list(records)
+
+    def referenced(self, records: list, source: str = "the held-out set") -> list:
+        """The held-out rows the exact measure scores: the first `reference_problems`, else the sampled ones. Raises
+        ConfigError naming `source` when it holds fewer rows than `reference_problems`."""
+        if self.reference_problems is None:
+            return self.sampled(records)
+        if len(records) < self.reference_problems:
+            raise ConfigError(f"eval.reference_problems={self.reference_problems} but {source} has {len(records)} "
+                              "rows; draw more (data.eval_size for a built-in task) or lower it")
+        return list(records[: self.reference_problems])
 
     def reported_pass_k(self) -> list[int]:
         """The pass@k' values reported: those in `pass_k` that are <= k, plus k itself."""

@@ -20,7 +20,7 @@ from ulorl.reward.cli_args import add_reward_arguments, reward_config_from_args
 _DEFAULTS = {f.name: f.default for f in fields(EvalConfig) if f.name != "pass_k"}
 # flag -> the `eval:` field it sets; a flag left out takes the field from --config's eval section, else the default
 _EVAL_FLAGS = ("k", "temperature", "top_p", "top_k", "max_new_tokens", "num_problems", "pass_k", "seed",
-               "batch_size", "reference", "long_tokens")
+               "batch_size", "reference", "reference_problems", "long_tokens")
 # flag -> the `data:` field it sets, as for _EVAL_FLAGS
 _DATA_FLAGS = ("format", "prompt_key", "answer_key", "data_source_key", "max_prompt_len", "on_bad_row")
 _MAX_PROMPT_LEN = 4096  # without a preset: evaluation sets have longer prompts than the training default
@@ -49,6 +49,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--reference", action="store_true", default=None,
                         help="also the exact probability that the sampler writes each row's worked solution "
                              "(extra_info.solution, the built-in tasks'): avg@infinity without sampling noise")
+    parser.add_argument("--reference-problems", type=int, default=None,
+                        help="with --reference, score the first N problems of each set exactly (>= --num-problems, "
+                             "which are sampled): one forward pass each (default: the sampled ones)")
     parser.add_argument("--long-tokens", type=int, default=None,
                         help=f"with --reference, also the mean over problems whose worked solution has at least this "
                              f"many tokens (default {_DEFAULTS['long_tokens']})")
@@ -126,10 +129,10 @@ def data_config(args: argparse.Namespace, cfg: EvalConfig) -> DataConfig:
         merged = {k: v for k, v in _preset(args, "data").items() if k not in ("train", "eval")}
         size = merged.get("eval_size", DataConfig.eval_size)
         if isinstance(size, int):  # anything else: DataConfig names the field
-            merged["eval_size"] = max(size, cfg.num_problems or 0)
+            merged["eval_size"] = max(size, cfg.num_problems or 0, cfg.reference_problems or 0)
     else:
         merged = {"max_prompt_len": _MAX_PROMPT_LEN, "seed": cfg.seed,
-                  "eval_size": cfg.num_problems or DataConfig.eval_size}
+                  "eval_size": cfg.reference_problems or cfg.num_problems or DataConfig.eval_size}
     merged.update({k: getattr(args, k) for k in _DATA_FLAGS if getattr(args, k) is not None})
     merged |= {"shuffle": False} | _prompt_options(args)
     return build(DataConfig, merged, "data.")
@@ -171,12 +174,17 @@ def _prompt_options(args: argparse.Namespace) -> dict:
 
 
 def add_reference(result: EvalResult, model, tokenizer, records: list, cfg: EvalConfig) -> None:
-    """The exact P(worked solution) of each evaluated problem (`reference_prob` in its row) and their means
-    (`reference/p_correct`, and `reference/p_correct_long` over the rows of >= `cfg.long_tokens` solution tokens)
-    into `result`, under the evaluation's sampling."""
-    scores = score_eval_references(model, tokenizer, records[: len(result.per_problem)], cfg, progress=True)
+    """The exact P(worked solution) of each problem `cfg.referenced` names, under the evaluation's sampling, into
+    `result`: in the rows of the sampled ones (`reference_prob`, `reference_tokens`), in `result.reference_only`
+    for the rest, and their means (`reference/p_correct`, `reference/p_correct_long` over the problems of >=
+    `cfg.long_tokens` solution tokens, and how many: `reference/problems`)."""
+    scored = cfg.referenced(records)
+    scores = score_eval_references(model, tokenizer, scored, cfg, progress=True)
+    n = len(result.per_problem)
     for row, sc in zip(result.per_problem, scores):
         row.update(reference_prob=sc.prob, reference_tokens=sc.tokens)
+    result.reference_only = [{"prompt_id": rec.prompt_id, "reference_prob": sc.prob, "reference_tokens": sc.tokens}
+                             for rec, sc in zip(scored[n:], scores[n:])]
     result.summary.update(reference_means(scores, cfg.long_tokens))
 
 
@@ -196,7 +204,7 @@ def run_eval(args: argparse.Namespace) -> int:
         records, report = load_source(source, tokenizer, data_cfg, split="eval")
         print(report.summary())
         if cfg.reference:
-            check_references(records[: cfg.num_problems] if cfg.num_problems else records, source, "--reference")
+            check_references(cfg.referenced(records, source), source, "--reference")
         sets[_name(source)] = records
     model = load_model(path, dtype=args.dtype, trust_remote_code=args.trust_remote_code, device=args.device)
     engine = build_engine(_engine_name(args), model, tokenizer, eos_token_ids(model, tokenizer),

@@ -34,6 +34,9 @@ class EvalResult:
     summary: dict[str, float]
     per_problem: list[dict] = field(default_factory=list)
     config: dict = field(default_factory=dict)
+    # problems scored by the exact measure only (`eval.reference_problems` beyond the sampled ones): prompt_id,
+    # reference_prob, reference_tokens
+    reference_only: list[dict] = field(default_factory=list)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -54,6 +57,9 @@ class EvalResult:
                   f"| {p['truncated']} |" for p in rows]
         if len(self.per_problem) > max_rows:
             lines.append(f"\n({len(self.per_problem) - max_rows} more problems in results.json)")
+        if self.reference_only:
+            lines.append(f"\n({len(self.reference_only)} more problems scored by the exact measure only, in "
+                         "results.json)")
         return "\n".join(lines) + "\n"
 
 
@@ -72,7 +78,7 @@ def evaluate(
     progress: bool = True,
 ) -> EvalResult:
     """Sample `cfg.k` responses per prompt (the first `cfg.num_problems`), score them, aggregate."""
-    prompts = prompts[: cfg.num_problems] if cfg.num_problems else list(prompts)
+    prompts = cfg.sampled(prompts)
     if not prompts:
         raise ValueError(f"{name}: no prompts to evaluate")
     params = cfg.sampling()

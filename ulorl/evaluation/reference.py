@@ -124,9 +124,9 @@ def score_eval_references(model: torch.nn.Module, tokenizer, records: list, cfg:
 
 
 def reference_means(scores: list[ReferenceScore], long_tokens: int) -> dict[str, float]:
-    """`reference/p_correct`, the mean P(reference) of `scores`, and `reference/p_correct_long`, the mean over those
-    of at least `long_tokens` tokens (left out when there are none)."""
-    out = {"reference/p_correct": sum(s.prob for s in scores) / len(scores)}
+    """`reference/p_correct`, the mean P(reference) of `scores`, `reference/p_correct_long`, the mean over those of
+    at least `long_tokens` tokens (left out when there are none), and `reference/problems`, how many."""
+    out = {"reference/p_correct": sum(s.prob for s in scores) / len(scores), "reference/problems": len(scores)}
     long = [s.prob for s in scores if s.tokens >= long_tokens]
     if long:
         out["reference/p_correct_long"] = sum(long) / len(long)

@@ -20,11 +20,11 @@ def solution_tokens(tokenizer, records: list) -> list[int] | None:
 
 
 def reference_eval(session, label: str) -> dict[str, float]:
-    """P(reference) of every held-out problem under the evaluation's sampling with the current weights, kept in
-    `history["eval_reference"][label]` (and its log in `eval_reference_logprob`); returns the means over all
-    problems and over the long ones."""
+    """P(reference) of every held-out problem the exact measure scores (`eval.reference_problems`) under the
+    evaluation's sampling with the current weights, kept in `history["eval_reference"][label]` (and its log in
+    `eval_reference_logprob`); returns the means over all of them and over the long ones."""
     ev, h = session.cfg.eval, session.history
-    scores = score_eval_references(session.model, session.tokenizer, session.eval_prompts, ev,
+    scores = score_eval_references(session.model, session.tokenizer, ev.referenced(session.eval_prompts), ev,
                                    progress=session.cfg.logging.progress)
     h.setdefault("eval_reference", {})[label] = [s.prob for s in scores]
     h.setdefault("eval_reference_logprob", {})[label] = [s.logprob for s in scores]  # where probs underflow to 0

@@ -99,11 +99,12 @@ def summarize(session: TrainSession, checkpoint=None) -> dict:
     paired = paired_long = reference = None
     if "before" in correct and "after" in correct and len(correct["before"]) > 1:
         e = session.cfg.eval
-        tokens = solution_tokens(session.tokenizer, session.eval_prompts)
+        tokens = solution_tokens(session.tokenizer, e.sampled(session.eval_prompts))
         by_len = paired_by_length(correct["before"], correct["after"], tokens, e.long_tokens, e.k)
         paired, paired_long = by_len["all"], by_len.get("long")
         probs = h.get("eval_reference", {})
         if "before" in probs and "after" in probs:
+            tokens = solution_tokens(session.tokenizer, e.referenced(session.eval_prompts))
             reference = {"before": ev["before"]["reference/p_correct"], "after": ev["after"]["reference/p_correct"],
                          **paired_by_length(probs["before"], probs["after"], tokens, e.long_tokens, 1)}
     out = {"run_dir": str(session.run_dir), "steps": session.step, "trained_samples": session.counters["trained_samples"],

@@ -252,7 +252,8 @@ def load_data(cfg: RunConfig, tokenizer) -> tuple[list[PromptRecord], list[Promp
         evals, ereport = load_prompts(cfg.data, tokenizer, "eval")
         say(f"eval data: {ereport.summary()}")
         if cfg.eval.reference:
-            check_references(evals, f"data.eval={cfg.data.eval}", "eval.reference=true")
+            source = f"data.eval={cfg.data.eval}"
+            check_references(cfg.eval.referenced(evals, source), source, "eval.reference=true")
     return train, evals
 
 

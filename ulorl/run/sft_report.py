@@ -28,12 +28,11 @@ def evaluate_model(cfg: RunConfig, model_path: str, progress: bool = True) -> di
     """Held-out evaluation of `model_path` with `cfg.eval` (returns summary + length ratio)."""
     tok = load_tokenizer(model_path, cfg.model.trust_remote_code)
     model = load_model(model_path, cfg.model.dtype, cfg.model.trust_remote_code, cfg.train.device)
-    prompts, _ = load_prompts(cfg.data, tok, "eval")
-    ev = cfg.eval
-    if ev.num_problems:
-        prompts = prompts[: ev.num_problems]
-    if ev.reference:  # before sampling: rows without a worked solution are refused at once
-        check_references(prompts, f"data.eval={cfg.data.eval}", "eval.reference=true")
+    rows, _ = load_prompts(cfg.data, tok, "eval")
+    ev, source = cfg.eval, f"data.eval={cfg.data.eval}"
+    prompts = ev.sampled(rows)
+    if ev.reference:  # before sampling: rows without a worked solution (or too few rows) are refused at once
+        check_references(ev.referenced(rows, source), source, "eval.reference=true")
     engine = build_engine(cfg.rollout.engine, model, tok, eos_token_ids(model, tok), torch=cfg.rollout.torch)
     try:
         with RewardManager(cfg.reward) as rm:
@@ -42,7 +41,8 @@ def evaluate_model(cfg: RunConfig, model_path: str, progress: bool = True) -> di
         close_engine(engine)
     summary = dict(res.summary)
     if ev.reference:
-        summary.update(reference_means(score_eval_references(model, tok, prompts, ev, progress), ev.long_tokens))
+        scores = score_eval_references(model, tok, ev.referenced(rows), ev, progress)
+        summary.update(reference_means(scores, ev.long_tokens))
     mean = summary.get("response_length/mean", 0.0)
     summary["response_length/max_over_mean"] = summary.get("response_length/max", 0.0) / mean if mean else 0.0
     return summary
