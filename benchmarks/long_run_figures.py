@@ -9,7 +9,8 @@ behind them (`figures.json`):
 - `accuracy_by_length.png`: held-out avg@k before and after RL by the reference answer's length in tokens
   (6n + 9 with EOS; the eval problems are rebuilt from the run's data config, so sizes match `eval_correct`
   problem by problem), with standard errors; `figures.json` adds the paired change, its SE and z per bucket
-  and for all problems whose reference answer has >= 1,000 tokens;
+  and for all problems whose reference answer has >= 1,000 tokens (`exact_by_length`: the same buckets for the
+  exact P(worked solution) of a run with `eval.reference`, over the problems it scores);
 - `step_time.png`: seconds per step split into generation, reward and update.
 
 `figures.json` also counts the trained samples (`samples.jsonl`) by number of segments, EOS against truncated,
@@ -40,16 +41,16 @@ def answer_tokens(n: int) -> int:
     return OdometerProblem(start=0, steps=n).num_tokens + 1
 
 
-def split_sizes(run: Path, split: str) -> list[int]:
+def split_sizes(run: Path, split: str, exact: bool = False) -> list[int]:
     """Problem size n of each problem of the run's `train` or `eval` split, by row (= prompt_id for train;
-    evaluation order for eval, cut to `eval.num_problems`)."""
+    evaluation order for eval, cut to the rows avg@k samples, or with `exact` to those the exact measure scores)."""
     from ulorl.config import load_run_config
     from ulorl.data.loaders import builtin_rows
 
     cfg = load_run_config(str(run / "config.yaml"), [])
     rows = builtin_rows(getattr(cfg.data, split), cfg.data, split)
     if split == "eval":
-        rows = rows[: cfg.eval.num_problems or len(rows)]
+        rows = cfg.eval.referenced(rows) if exact else cfg.eval.sampled(rows)
     return [int(r["extra_info"]["size"]) for r in rows]
 
 
@@ -206,9 +207,12 @@ def main() -> int:
     ax.legend(fontsize=8)
     _save(fig, args.out / "accuracy_by_length.png")
 
+    exact = history.get("eval_reference", {})  # eval.reference: P(worked solution), possibly on more problems
+    exact_by_len = accuracy_by_length(split_sizes(args.run, "eval", exact=True), exact, 1) if exact else None
     tot = {k: sum(v for v in col(k) if v == v) for k in ("timing_s/gen", "timing_s/reward", "timing_s/update",
                                                           "timing_s/step")}
-    return emit({"run": str(args.run), "steps": len(steps), "accuracy_by_length": by_len, "time_totals_s": tot,
+    return emit({"run": str(args.run), "steps": len(steps), "accuracy_by_length": by_len,
+                 "exact_by_length": exact_by_len, "time_totals_s": tot,
                  "trained": trained_by_segments(args.run),
                  "trained_long": trained_long_answers(args.run, split_sizes(args.run, "train")),
                  "eval": history.get("eval")}, args.out / "figures.json")
