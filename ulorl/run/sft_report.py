@@ -30,19 +30,18 @@ def evaluate_model(cfg: RunConfig, model_path: str, progress: bool = True) -> di
     model = load_model(model_path, cfg.model.dtype, cfg.model.trust_remote_code, cfg.train.device)
     rows, _ = load_prompts(cfg.data, tok, "eval")
     ev, source = cfg.eval, f"data.eval={cfg.data.eval}"
-    prompts = ev.sampled(rows)
+    scored = ev.referenced(rows, source) if ev.reference else []
     if ev.reference:  # before sampling: rows without a worked solution (or too few rows) are refused at once
-        check_references(ev.referenced(rows, source), source, "eval.reference=true")
+        check_references(scored, source, "eval.reference=true")
     engine = build_engine(cfg.rollout.engine, model, tok, eos_token_ids(model, tok), torch=cfg.rollout.torch)
     try:
         with RewardManager(cfg.reward) as rm:
-            res = evaluate(engine, tok, prompts, ev, rm.score, progress=progress)
+            res = evaluate(engine, tok, rows, ev, rm.score, progress=progress)  # samples ev.sampled(rows)
     finally:
         close_engine(engine)
     summary = dict(res.summary)
     if ev.reference:
-        scores = score_eval_references(model, tok, ev.referenced(rows), ev, progress)
-        summary.update(reference_means(scores, ev.long_tokens))
+        summary.update(reference_means(score_eval_references(model, tok, scored, ev, progress), ev.long_tokens))
     mean = summary.get("response_length/mean", 0.0)
     summary["response_length/max_over_mean"] = summary.get("response_length/max", 0.0) / mean if mean else 0.0
     return summary
