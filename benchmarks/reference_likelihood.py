@@ -27,7 +27,7 @@ from benchlib import emit, machine, quiet_torch
 def score_model(config: str, model_path: str, min_tokens: int) -> dict:
     from ulorl.config import ConfigError, load_run_config
     from ulorl.data import load_prompts
-    from ulorl.evaluation.reference import check_references, score_eval_references
+    from ulorl.evaluation.reference import referenced_rows, score_eval_references
     from ulorl.models import load_model, load_tokenizer
 
     cfg = load_run_config(config)
@@ -35,8 +35,7 @@ def score_model(config: str, model_path: str, min_tokens: int) -> dict:
     tok = load_tokenizer(model_path)
     records, _ = load_prompts(cfg.data, tok, "eval")
     try:
-        records = ev.referenced(records, f"data.eval={cfg.data.eval}")
-        check_references(records, f"data.eval={cfg.data.eval}", config)
+        records = referenced_rows(ev, records, f"data.eval={cfg.data.eval}", config)
     except ConfigError as e:
         raise SystemExit(str(e)) from None
     scores = score_eval_references(load_model(model_path), tok, records, ev, progress=sys.stderr.isatty())

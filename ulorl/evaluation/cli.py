@@ -14,7 +14,7 @@ from ulorl.config.rollout import TorchEngineConfig
 from ulorl.data.loaders import load_source
 from ulorl.errors import ConfigError
 from ulorl.evaluation.evaluator import EvalResult, evaluate
-from ulorl.evaluation.reference import check_references, reference_means, score_eval_references
+from ulorl.evaluation.reference import reference_means, referenced_rows, score_eval_references
 from ulorl.reward.cli_args import add_reward_arguments, reward_config_from_args
 
 _DEFAULTS = {f.name: f.default for f in fields(EvalConfig) if f.name != "pass_k"}
@@ -204,7 +204,7 @@ def run_eval(args: argparse.Namespace) -> int:
         records, report = load_source(source, tokenizer, data_cfg, split="eval")
         print(report.summary())
         if cfg.reference:
-            check_references(cfg.referenced(records, source), source, "--reference")
+            referenced_rows(cfg, records, source, "--reference")
         sets[_name(source)] = records
     model = load_model(path, dtype=args.dtype, trust_remote_code=args.trust_remote_code, device=args.device)
     engine = build_engine(_engine_name(args), model, tokenizer, eos_token_ids(model, tokenizer),

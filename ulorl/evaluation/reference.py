@@ -97,6 +97,14 @@ def check_references(records: list, source: str, key: str) -> None:
                               f"exact held-out measure (eval.reference) needs each row's worked solution as a string")
 
 
+def referenced_rows(cfg: EvalConfig, records: list, source: str, key: str) -> list:
+    """The held-out rows the exact measure scores (`cfg.referenced`), each checked to carry its worked solution:
+    `ConfigError` names `source`, the first bad row and `key` (the setting that asked for the measure)."""
+    rows = cfg.referenced(records, source)
+    check_references(rows, source, key)
+    return rows
+
+
 def score_references(model: torch.nn.Module, tokenizer, records: list, params: SamplingParams, eos_id: int,
                      progress: bool = False) -> list[ReferenceScore]:
     """Each record's worked solution (`extra_info.solution`, tokenized as the SFT data is) plus `eos_id`, scored

@@ -31,7 +31,7 @@ import torch
 from ulorl.config import RunConfig, bound_by_machine, check_runnable, dump_yaml, to_dict
 from ulorl.data import PromptRecord, load_prompts
 from ulorl.distributed.placement import Placement, build_placement
-from ulorl.evaluation.reference import check_references
+from ulorl.evaluation.reference import referenced_rows
 from ulorl.models import eos_token_ids, load_tokenizer
 from ulorl.models.lora import load_policy_model
 from ulorl.reward import RewardManager
@@ -252,8 +252,7 @@ def load_data(cfg: RunConfig, tokenizer) -> tuple[list[PromptRecord], list[Promp
         evals, ereport = load_prompts(cfg.data, tokenizer, "eval")
         say(f"eval data: {ereport.summary()}")
         if cfg.eval.reference:
-            source = f"data.eval={cfg.data.eval}"
-            check_references(cfg.eval.referenced(evals, source), source, "eval.reference=true")
+            referenced_rows(cfg.eval, evals, f"data.eval={cfg.data.eval}", "eval.reference=true")
     return train, evals
 
 

@@ -15,7 +15,7 @@ from pathlib import Path
 from ulorl.config import RunConfig
 from ulorl.data import load_prompts
 from ulorl.evaluation import evaluate
-from ulorl.evaluation.reference import check_references, reference_means, score_eval_references
+from ulorl.evaluation.reference import reference_means, referenced_rows, score_eval_references
 from ulorl.models import eos_token_ids, load_model, load_tokenizer
 from ulorl.reward import RewardManager
 from ulorl.rollout.engines.base import close_engine
@@ -29,10 +29,9 @@ def evaluate_model(cfg: RunConfig, model_path: str, progress: bool = True) -> di
     tok = load_tokenizer(model_path, cfg.model.trust_remote_code)
     model = load_model(model_path, cfg.model.dtype, cfg.model.trust_remote_code, cfg.train.device)
     rows, _ = load_prompts(cfg.data, tok, "eval")
-    ev, source = cfg.eval, f"data.eval={cfg.data.eval}"
-    scored = ev.referenced(rows, source) if ev.reference else []
-    if ev.reference:  # before sampling: rows without a worked solution (or too few rows) are refused at once
-        check_references(scored, source, "eval.reference=true")
+    ev = cfg.eval
+    # before sampling: rows without a worked solution (or too few rows) are refused at once
+    scored = referenced_rows(ev, rows, f"data.eval={cfg.data.eval}", "eval.reference=true") if ev.reference else []
     engine = build_engine(cfg.rollout.engine, model, tok, eos_token_ids(model, tok), torch=cfg.rollout.torch)
     try:
         with RewardManager(cfg.reward) as rm:
