@@ -26,6 +26,29 @@ class BadRowPolicy(str, Enum):
     SKIP = "skip"  # skip the row and count it in the LoadReport
 
 
+class TooEasyMethod(str, Enum):
+    """How `data.too_easy` judges a training problem before RL (`ulorl.run.too_easy`)."""
+
+    NONE = "none"  # every training prompt stays
+    EXACT = "exact"  # the starting policy's exact P(worked solution) p; dropped with probability p^k
+
+
+@dataclass
+class TooEasyConfig:
+    """`data.too_easy`: drop training problems the policy RL starts from already answers (the paper's "too easy"
+    cleaning, SPEC section 6), decided once per run folder."""
+
+    method: str = "none"  # none | exact (rows need extra_info.solution, as the built-in tasks have)
+    k: int | None = None  # samples the rule imagines all right (paper: 8); None: rollout.group_size
+
+    def __post_init__(self) -> None:
+        if isinstance(self.method, TooEasyMethod):
+            self.method = self.method.value
+        check_choice("data.too_easy.method", self.method, TooEasyMethod)
+        if self.k is not None and self.k < 1:
+            raise ConfigError(f"data.too_easy.k must be >= 1 (or null: rollout.group_size), got {self.k}")
+
+
 BUILTIN_CHAIN = "builtin:chain"
 # arguments of apply_chat_template that the loader sets (data.chat_template_kwargs cannot override them)
 _TEMPLATE_ARGS = {"conversation", "add_generation_prompt", "tokenize", "continue_final_message", "return_dict"}
@@ -53,6 +76,7 @@ class DataConfig:
     system_prompt: str | None = None  # a system message put first in every prompt that has none
     # extra keyword arguments of tokenizer.apply_chat_template, e.g. {enable_thinking: false} for Qwen3
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
+    too_easy: TooEasyConfig = field(default_factory=TooEasyConfig)  # training problems dropped before RL
 
     def __post_init__(self) -> None:
         if isinstance(self.format, DataFormat):

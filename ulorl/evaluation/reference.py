@@ -94,7 +94,7 @@ def check_references(records: list, source: str, key: str) -> None:
     for i, rec in enumerate(records):
         if not isinstance(rec.extra_info, dict) or not isinstance(rec.extra_info.get("solution"), str):
             raise ConfigError(f"{key}: {source}: row {i} (prompt id {rec.prompt_id}) has no extra_info.solution; the "
-                              f"exact held-out measure (eval.reference) needs each row's worked solution as a string")
+                              f"exact measure needs each row's worked solution as a string")
 
 
 def referenced_rows(cfg: EvalConfig, records: list, source: str, key: str) -> list:
