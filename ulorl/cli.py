@@ -65,10 +65,11 @@ def format_summary(s: dict) -> str:
              f"dropped groups (dynamic sampling): {s['dropped_groups']}" +
              (f"   groups dropped for a failed reward: {s['reward_failed_groups']}" if s.get("reward_failed_groups")
               else "")]
-    te = s.get("too_easy")
-    if te:
-        lines.append(f"too easy before RL (data.too_easy): {te['dropped_problems']} of {te['problems']} distinct "
-                     f"problems dropped; RL drew from {te['kept_rows']} of {te['rows']} training rows")
+    pf = s.get("prefilter")
+    if pf:
+        lines.append(f"prefilter before RL (data.prefilter): of {pf['problems']} distinct problems, "
+                     f"{pf['dropped_easy']} too easy and {pf['dropped_hard']} too hard dropped; RL drew from "
+                     f"{pf['kept_rows']} of {pf['rows']} training rows")
     b, a = s.get("eval_before") or {}, s.get("eval_after") or {}
     for key in [k for k in b if k.startswith(("avg@", "pass@"))] + ["response_length/mean", "truncation_rate"]:
         if key in b and key in a:

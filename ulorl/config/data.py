@@ -26,27 +26,32 @@ class BadRowPolicy(str, Enum):
     SKIP = "skip"  # skip the row and count it in the LoadReport
 
 
-class TooEasyMethod(str, Enum):
-    """How `data.too_easy` judges a training problem before RL (`ulorl.run.too_easy`)."""
+class PrefilterMethod(str, Enum):
+    """How `data.prefilter` judges a training problem before RL (`ulorl.run.prefilter`)."""
 
     NONE = "none"  # every training prompt stays
-    EXACT = "exact"  # the starting policy's exact P(worked solution) p; dropped with probability p^k
+    EXACT = "exact"  # the starting policy's exact P(worked solution) p: all k right with p^k, all wrong (1-p)^k
 
 
 @dataclass
-class TooEasyConfig:
-    """`data.too_easy`: drop training problems the policy RL starts from already answers (the paper's "too easy"
-    cleaning, SPEC section 6), decided once per run folder."""
+class PrefilterConfig:
+    """`data.prefilter`: before RL, drop training problems whose groups the policy RL starts from would write all
+    right (the paper's "too easy" cleaning, SPEC section 6) and, optionally, all wrong; decided once per run."""
 
     method: str = "none"  # none | exact (rows need extra_info.solution, as the built-in tasks have)
-    k: int | None = None  # samples the rule imagines all right (paper: 8); None: rollout.group_size
+    k: int | None = None  # the k of "all k right / wrong" (paper: 8); None: rollout.group_size
+    too_easy: bool = True  # drop a problem with probability p^k (the paper's rule)
+    too_hard: bool = False  # drop a problem with probability (1 - p)^k (not in the paper)
 
     def __post_init__(self) -> None:
-        if isinstance(self.method, TooEasyMethod):
+        if isinstance(self.method, PrefilterMethod):
             self.method = self.method.value
-        check_choice("data.too_easy.method", self.method, TooEasyMethod)
+        check_choice("data.prefilter.method", self.method, PrefilterMethod)
         if self.k is not None and self.k < 1:
-            raise ConfigError(f"data.too_easy.k must be >= 1 (or null: rollout.group_size), got {self.k}")
+            raise ConfigError(f"data.prefilter.k must be >= 1 (or null: rollout.group_size), got {self.k}")
+        if self.method != "none" and not (self.too_easy or self.too_hard):
+            raise ConfigError(f"data.prefilter.method={self.method} with too_easy and too_hard both false drops "
+                              "nothing: set one of them, or method none")
 
 
 BUILTIN_CHAIN = "builtin:chain"
@@ -76,7 +81,7 @@ class DataConfig:
     system_prompt: str | None = None  # a system message put first in every prompt that has none
     # extra keyword arguments of tokenizer.apply_chat_template, e.g. {enable_thinking: false} for Qwen3
     chat_template_kwargs: dict[str, Any] = field(default_factory=dict)
-    too_easy: TooEasyConfig = field(default_factory=TooEasyConfig)  # training problems dropped before RL
+    prefilter: PrefilterConfig = field(default_factory=PrefilterConfig)  # training problems dropped before RL
 
     def __post_init__(self) -> None:
         if isinstance(self.format, DataFormat):

@@ -113,8 +113,8 @@ def summarize(session: TrainSession, checkpoint=None) -> dict:
            "eval_after": ev.get("after"), "eval_paired": paired, "eval_paired_long": paired_long,
            "eval_reference": reference, "entropy": h["entropy"],
            "segments_hist": by_number(h["segments_hist"])}
-    if h.get("too_easy"):
-        out["too_easy"] = h["too_easy"]
+    if h.get("prefilter"):
+        out["prefilter"] = h["prefilter"]
     if h.get("trained_length_hist"):
         lengths = [int(n) for n, c in h["trained_length_hist"].items() for _ in range(c)]
         stats = {k.split("/")[1]: v for k, v in length_stats(lengths).items()}  # mean, p50, p90, max

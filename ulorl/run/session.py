@@ -45,8 +45,8 @@ from ulorl.run.console import say, show_rollout_notes
 from ulorl.run.lock import RunLock
 from ulorl.run.samples_log import SampleLog
 from ulorl.run.sft import run_sft
-from ulorl.run.too_easy import FILE as TOO_EASY_FILE
-from ulorl.run.too_easy import apply_too_easy
+from ulorl.run.prefilter import FILE as PREFILTER_FILE
+from ulorl.run.prefilter import apply_prefilter
 
 
 def use_train_threads(cfg: RunConfig) -> None:
@@ -111,7 +111,7 @@ def prepare_model(cfg: RunConfig, run_dir: Path) -> str:
 # what a run writes into its folder; a fresh start moves an earlier run's copies aside (never truncates them).
 # warm_start/ stays: the SFT warm start is reused when its model is complete
 RUN_OUTPUTS = ("checkpoints", "samples.jsonl", "metrics.jsonl", "metrics.jsonl.bak", "history.json",
-               "summary.json", "config.yaml", "tensorboard", "export", TOO_EASY_FILE)
+               "summary.json", "config.yaml", "tensorboard", "export", PREFILTER_FILE)
 
 
 def set_aside_earlier_run(run_dir: Path) -> Path | None:
@@ -148,9 +148,9 @@ class TrainSession:
         self.tokenizer, self.model = load_policy(cfg, policy)
         seed_everything(cfg.train.seed)  # after the warm start and model creation, which seed torch themselves
         train_prompts, self.eval_prompts = load_data(cfg, self.tokenizer)
-        # data.too_easy: judged by the starting policy at a fresh start, read back from the run folder on resume
-        train_prompts, too_easy = apply_too_easy(cfg, self.run_dir, self.model, self.tokenizer, train_prompts,
-                                                 fresh=not checkpoint)
+        # data.prefilter: judged by the starting policy at a fresh start, read back from the run folder on resume
+        train_prompts, prefilter = apply_prefilter(cfg, self.run_dir, self.model, self.tokenizer, train_prompts,
+                                                   fresh=not checkpoint)
         self.placement = build_placement(cfg)  # distributed.backend: local (this process) | ray (actors)
         self.engine = start_engine(cfg, self.placement, self.model, self.tokenizer, policy, train_prompts)
         self.prompts = PromptSource(train_prompts, seed=cfg.data.seed, shuffle=cfg.data.shuffle)
@@ -159,7 +159,7 @@ class TrainSession:
         self.learner = self.placement.learner(self.model, self.tokenizer.pad_token_id)
         self.reward = RewardManager(cfg.reward)
         self.step, self.version, self.counters = 0, 0, {"trained_samples": 0, "dropped_groups": 0, "bad_steps": 0}
-        self.history: dict = {"entropy": [], "eval": {}, "segments_hist": {}, "too_easy": too_easy}
+        self.history: dict = {"entropy": [], "eval": {}, "segments_hist": {}, "prefilter": prefilter}
         self._saved: tuple | None = None  # `save_fingerprint` of the last save, to skip identical re-saves
         self.run_lock: RunLock | None = None  # the run folder's lock (`open_session`), released by close
         if checkpoint:
