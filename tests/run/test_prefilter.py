@@ -43,6 +43,11 @@ def test_draws_drop_at_rates_p_to_the_k_and_one_minus_p_to_the_k():
     assert abs(fates.count(HARD) / n - 0.9 ** 8) < 0.015 and fates.count(EASY) == 0
     fates = prefilter_draws([0.5] * n, list(range(n)), k=2, seed=2, too_hard=True)
     assert abs(fates.count(EASY) / n - 0.25) < 0.015 and abs(fates.count(HARD) / n - 0.25) < 0.015
+    # hard_k apart from k: at p = 0.1, k = 8, hard_k = 32 too hard with probability 0.9^32 = 0.0343; too easy as before
+    fates = prefilter_draws([0.1] * n, list(range(n)), k=8, seed=1, too_hard=True, hard_k=32)
+    assert abs(fates.count(HARD) / n - 0.9 ** 32) < 0.006 and fates.count(EASY) == 0
+    fates = prefilter_draws([0.9] * n, list(range(n)), k=8, seed=1, too_hard=True, hard_k=2)
+    assert abs(fates.count(EASY) / n - 0.9 ** 8) < 0.015 and abs(fates.count(HARD) / n - 0.01) < 0.004
 
 
 def test_decide_scores_each_distinct_problem_once(tiny_model_dir, monkeypatch):
@@ -75,7 +80,7 @@ ARGS = ["model.warm_start=none", "train.train_groups=1", "rollout.group_size=2",
 
 def fake_judge(max_easy_size: int):
     """`score_references` that calls every problem of at most `max_easy_size` steps certain and the rest hopeless."""
-    def score(model, tokenizer, records, params, eos_id, progress=False):
+    def score(model, tokenizer, records, params, eos_id, progress=False, desc=""):
         return [reference.ReferenceScore(tokens=1, logprob=0.0 if r.extra_info["size"] <= max_easy_size else -50.0,
                                          prob=1.0 if r.extra_info["size"] <= max_easy_size else 0.0, slips=0.0)
                 for r in records]
@@ -108,6 +113,9 @@ def test_a_run_drops_too_easy_problems_and_resumes_from_its_decision(tmp_path, t
     assert main(["train", "-o", str(run), "--resume", "auto", *args, "train.steps=2"]) == 2
     assert "resuming needs" in capsys.readouterr().err
     (run / "prefilter.json").write_text(saved)
+    assert main(["train", "-o", str(run), "--resume", "auto", *args, "data.prefilter.hard_k=5", "train.steps=2"]) == 2
+    assert "was decided with (method, k, too_easy, too_hard, hard_k) = ('exact', 2, True, False, 2)" in \
+        capsys.readouterr().err
     assert main(["train", "-o", str(run), "--resume", "auto", *args, "train.steps=2"]) == 0
     assert "as decided at the start" in capsys.readouterr().out
     drawn = {json.loads(line)["prompt_id"] for line in (run / "samples.jsonl").read_text().splitlines()}
@@ -138,5 +146,7 @@ def test_config_checks():
         load_run_config(None, ["data.prefilter.method=sometimes"])
     with pytest.raises(ConfigError, match="data.prefilter.k must be >= 1"):
         load_run_config(None, ["data.prefilter.k=0"])
+    with pytest.raises(ConfigError, match="data.prefilter.hard_k must be >= 1"):
+        load_run_config(None, ["data.prefilter.hard_k=0"])
     with pytest.raises(ConfigError, match="too_easy and too_hard both false drops nothing"):
         load_run_config(None, ["data.prefilter.method=exact", "data.prefilter.too_easy=false"])

@@ -41,7 +41,8 @@ class PrefilterConfig:
     method: str = "none"  # none | exact (rows need extra_info.solution, as the built-in tasks have)
     k: int | None = None  # the k of "all k right / wrong" (paper: 8); None: rollout.group_size
     too_easy: bool = True  # drop a problem with probability p^k (the paper's rule)
-    too_hard: bool = False  # drop a problem with probability (1 - p)^k (not in the paper)
+    too_hard: bool = False  # drop a problem with probability (1 - p)^hard_k (not in the paper)
+    hard_k: int | None = None  # the k of "all k wrong"; None: k. Larger keeps more rarely solved problems
 
     def __post_init__(self) -> None:
         if isinstance(self.method, PrefilterMethod):
@@ -49,6 +50,8 @@ class PrefilterConfig:
         check_choice("data.prefilter.method", self.method, PrefilterMethod)
         if self.k is not None and self.k < 1:
             raise ConfigError(f"data.prefilter.k must be >= 1 (or null: rollout.group_size), got {self.k}")
+        if self.hard_k is not None and self.hard_k < 1:
+            raise ConfigError(f"data.prefilter.hard_k must be >= 1 (or null: data.prefilter.k), got {self.hard_k}")
         if self.method != "none" and not (self.too_easy or self.too_hard):
             raise ConfigError(f"data.prefilter.method={self.method} with too_easy and too_hard both false drops "
                               "nothing: set one of them, or method none")

@@ -106,16 +106,16 @@ def referenced_rows(cfg: EvalConfig, records: list, source: str, key: str) -> li
 
 
 def score_references(model: torch.nn.Module, tokenizer, records: list, params: SamplingParams, eos_id: int,
-                     progress: bool = False) -> list[ReferenceScore]:
+                     progress: bool = False, desc: str = "exact held-out P(reference)") -> list[ReferenceScore]:
     """Each record's worked solution (`extra_info.solution`, tokenized as the SFT data is) plus `eos_id`, scored
-    under `params` with `model` in eval mode (its mode is restored after)."""
+    under `params` with `model` in eval mode (its mode is restored after); `desc` labels the progress bar."""
     from tqdm.auto import tqdm
 
     was_training = model.training
     model.eval()
     try:
         out = []
-        for rec in tqdm(records, desc="exact held-out P(reference)", disable=not progress, leave=False):
+        for rec in tqdm(records, desc=desc, disable=not progress, leave=False):
             ref = tokenizer(rec.extra_info["solution"], add_special_tokens=False)["input_ids"] + [eos_id]
             out.append(score_reference(model, rec.prompt_tokens, ref, params))
         return out

@@ -6,7 +6,7 @@ The paper cleans its RL data of "overly easy questions (a strong model answered 
 scored exactly under the rollout's sampling (`ulorl.evaluation.reference`): p = P(the policy writes it). One
 uniform draw u per problem then decides: with `too_easy`, the problem goes when u < p^k, the probability that k
 sampled answers are all that solution (the paper's rule in law, without decoding k answers of up to L tokens);
-with `too_hard`, when u >= 1 - (1 - p)^k, the probability that all k are wrong. The two events are disjoint, so
+with `too_hard`, when u >= 1 - (1 - p)^K, the probability that all K are wrong (K = `hard_k`, k unless set). The two events are disjoint, so
 turning `too_hard` on leaves the `too_easy` decisions as they were.
 
 Deviations from the paper:
@@ -50,10 +50,10 @@ def problem_keys(rows: list) -> list[tuple]:
 
 
 def prefilter_draws(probs: list[float], keys: list, k: int, seed: int, too_easy: bool = True,
-                    too_hard: bool = False) -> list[str]:
+                    too_hard: bool = False, hard_k: int | None = None) -> list[str]:
     """Each row's fate: one uniform u per distinct key (first appearance order, a stream keyed by `seed`); with
-    `too_easy` the problem is `EASY` when u < p^k, with `too_hard` it is `HARD` when u >= 1 - (1 - p)^k, else
-    `KEPT`.
+    `too_easy` the problem is `EASY` when u < p^k, with `too_hard` it is `HARD` when u >= 1 - (1 - p)^hard_k
+    (`hard_k` None: k), else `KEPT`.
 
     Args:
         probs: `(N,)` P(correct) of each row's problem, in [0, 1] (copies of a problem agree).
@@ -61,12 +61,13 @@ def prefilter_draws(probs: list[float], keys: list, k: int, seed: int, too_easy:
     Returns:
         `(N,)` `KEPT`, `EASY` or `HARD`; copies of a problem share one fate."""
     rng = np.random.default_rng([seed, _STREAM])
+    hard_k = k if hard_k is None else hard_k
     fate: dict = {}
     for key, p in zip(keys, probs):
         if key not in fate:
             u = rng.random()
             fate[key] = (EASY if too_easy and u < p ** k else
-                         HARD if too_hard and u >= 1.0 - (1.0 - p) ** k else KEPT)
+                         HARD if too_hard and u >= 1.0 - (1.0 - p) ** hard_k else KEPT)
     return [fate[key] for key in keys]
 
 
@@ -79,6 +80,7 @@ class Prefilter:
     k: int
     too_easy: bool
     too_hard: bool
+    hard_k: int
     rows_fingerprint: str  # `PromptSource.fingerprint` of the whole training split
     kept: list[int]
     probs: list[float]
@@ -88,28 +90,31 @@ class Prefilter:
     seconds: float
 
     def summary(self) -> dict:
-        return {"method": self.method, "k": self.k, "rows": len(self.probs), "kept_rows": len(self.kept),
+        return {"method": self.method, "k": self.k, "hard_k": self.hard_k, "rows": len(self.probs), "kept_rows": len(self.kept),
                 "problems": self.problems, "dropped_easy": self.dropped_easy, "dropped_hard": self.dropped_hard,
                 "seconds": round(self.seconds, 1)}
 
     def settings(self) -> tuple:
-        return self.method, self.k, self.too_easy, self.too_hard
+        return self.method, self.k, self.too_easy, self.too_hard, self.hard_k
 
 
 def decide_prefilter(model, tokenizer, rows: list, params: SamplingParams, eos_id: int, k: int, seed: int,
-                     too_easy: bool = True, too_hard: bool = False, progress: bool = False) -> Prefilter:
+                     too_easy: bool = True, too_hard: bool = False, hard_k: int | None = None,
+                     progress: bool = False) -> Prefilter:
     """Score each distinct problem of `rows` once under `params` and draw the fates (`prefilter_draws`)."""
     t0 = time.perf_counter()
     keys = problem_keys(rows)
     first = {}
     for i, key in enumerate(keys):
         first.setdefault(key, i)
-    scores = score_references(model, tokenizer, [rows[i] for i in first.values()], params, eos_id, progress)
+    scores = score_references(model, tokenizer, [rows[i] for i in first.values()], params, eos_id, progress,
+                              desc="prefilter: exact P(worked solution)")
     p_of = {key: s.prob for key, s in zip(first, scores)}
     probs = [p_of[key] for key in keys]
-    fates = prefilter_draws(probs, keys, k, seed, too_easy, too_hard)
+    hard_k = k if hard_k is None else hard_k
+    fates = prefilter_draws(probs, keys, k, seed, too_easy, too_hard, hard_k)
     per_problem = [fates[i] for i in first.values()]
-    return Prefilter("exact", k, too_easy, too_hard, PromptSource(rows, shuffle=False).fingerprint(),
+    return Prefilter("exact", k, too_easy, too_hard, hard_k, PromptSource(rows, shuffle=False).fingerprint(),
                      [i for i, f in enumerate(fates) if f == KEPT], probs, len(first), per_problem.count(EASY),
                      per_problem.count(HARD), time.perf_counter() - t0)
 
@@ -124,6 +129,7 @@ def apply_prefilter(cfg: RunConfig, run_dir: Path, model, tokenizer, rows: list,
     if f.method == "none":
         return rows, {}
     k = f.k or cfg.rollout.group_size
+    hard_k = f.hard_k or k
     path = run_dir / FILE
     if fresh:
         check_references(rows, f"data.train={cfg.data.train}", f"data.prefilter.method={f.method}")
@@ -134,13 +140,13 @@ def apply_prefilter(cfg: RunConfig, run_dir: Path, model, tokenizer, rows: list,
         say(f"prefilter (data.prefilter): scoring the {len(set(problem_keys(rows)))} distinct training problems "
             "under the starting policy")
         decided = decide_prefilter(model, tokenizer, rows, params, eos_token_ids(model, tokenizer)[0], k,
-                                   cfg.data.seed, f.too_easy, f.too_hard, progress=cfg.logging.progress)
+                                   cfg.data.seed, f.too_easy, f.too_hard, hard_k, progress=cfg.logging.progress)
         atomic_write_text(path, json.dumps(asdict(decided)))
     else:
-        decided = _load(path, rows, (f.method, k, f.too_easy, f.too_hard))
+        decided = _load(path, rows, (f.method, k, f.too_easy, f.too_hard, hard_k))
     s = decided.summary()
     say(f"prefilter: of {s['problems']} distinct problems, {s['dropped_easy']} too easy (all {k} right) and "
-        f"{s['dropped_hard']} too hard (all {k} wrong) dropped; RL draws from {s['kept_rows']} of {s['rows']} "
+        f"{s['dropped_hard']} too hard (all {hard_k} wrong) dropped; RL draws from {s['kept_rows']} of {s['rows']} "
         "training rows" + (f" ({s['seconds']:.0f} s)" if fresh else f" (as decided at the start: {path})"))
     if not decided.kept:
         raise ConfigError(f"data.prefilter dropped every training problem ({path}); nothing is left to train on: "
@@ -157,7 +163,7 @@ def _load(path: Path, rows: list, settings: tuple) -> Prefilter:
     except (ValueError, TypeError) as e:
         raise ConfigError(f"data.prefilter: {path} is not a prefilter decision file ({e})") from None
     if decided.settings() != settings:
-        raise ConfigError(f"data.prefilter: {path} was decided with (method, k, too_easy, too_hard) = "
+        raise ConfigError(f"data.prefilter: {path} was decided with (method, k, too_easy, too_hard, hard_k) = "
                           f"{decided.settings()}; this config asks for {settings}: resume with the run's own settings")
     if decided.rows_fingerprint != PromptSource(rows, shuffle=False).fingerprint():
         raise ConfigError(f"data.prefilter: {path} was decided for other training rows than data.train now gives: "
