@@ -43,10 +43,10 @@ from ulorl.run.checkpoint import (CHECKPOINTS, CheckpointError, atomic_write_tex
                                   make_run_dir, save_checkpoint, save_fingerprint, set_rng_state, step_dir)
 from ulorl.run.console import say, show_rollout_notes
 from ulorl.run.lock import RunLock
-from ulorl.run.samples_log import SampleLog
-from ulorl.run.sft import run_sft
 from ulorl.run.prefilter import FILE as PREFILTER_FILE
 from ulorl.run.prefilter import apply_prefilter
+from ulorl.run.samples_log import SampleLog
+from ulorl.run.sft import run_sft
 
 
 def use_train_threads(cfg: RunConfig) -> None:
