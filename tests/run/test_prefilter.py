@@ -1,6 +1,6 @@
-"""`data.prefilter`: the draws (copies agree, the rates are p^k and (1 - p)^k), each distinct problem scored once with the real
-model, and a run that drops what a controlled judge calls easy, keeps its decision in the run folder and resumes
-from it without judging again."""
+"""`data.prefilter`: the draws (copies agree, the rates are p^k and (1 - p)^hard_k), each distinct problem scored
+once with the real model, and a run that drops what a controlled judge calls easy, keeps its decision in the run
+folder and resumes from it without judging again."""
 
 import json
 

@@ -30,7 +30,7 @@ class PrefilterMethod(str, Enum):
     """How `data.prefilter` judges a training problem before RL (`ulorl.run.prefilter`)."""
 
     NONE = "none"  # every training prompt stays
-    EXACT = "exact"  # the starting policy's exact P(worked solution) p: all k right with p^k, all hard_k wrong (1-p)^hard_k
+    EXACT = "exact"  # the starting policy's exact P(worked solution) p: all k right p^k, all hard_k wrong (1-p)^hard_k
 
 
 @dataclass

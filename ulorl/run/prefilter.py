@@ -6,8 +6,8 @@ The paper cleans its RL data of "overly easy questions (a strong model answered 
 scored exactly under the rollout's sampling (`ulorl.evaluation.reference`): p = P(the policy writes it). One
 uniform draw u per problem then decides: with `too_easy`, the problem goes when u < p^k, the probability that k
 sampled answers are all that solution (the paper's rule in law, without decoding k answers of up to L tokens);
-with `too_hard`, when u >= 1 - (1 - p)^K, the probability that all K are wrong (K = `hard_k`, k unless set). The two events are disjoint, so
-turning `too_hard` on leaves the `too_easy` decisions as they were.
+with `too_hard`, when u >= 1 - (1 - p)^K, the probability that all K are wrong (K = `hard_k`, k unless set). The
+two events are disjoint, so turning `too_hard` on leaves the `too_easy` decisions as they were.
 
 Deviations from the paper:
 - the judge is the policy RL starts from (the SFT warm start or `model.path`), not a separate strong model; so
@@ -90,9 +90,9 @@ class Prefilter:
     seconds: float
 
     def summary(self) -> dict:
-        return {"method": self.method, "k": self.k, "hard_k": self.hard_k, "rows": len(self.probs), "kept_rows": len(self.kept),
-                "problems": self.problems, "dropped_easy": self.dropped_easy, "dropped_hard": self.dropped_hard,
-                "seconds": round(self.seconds, 1)}
+        return {"method": self.method, "k": self.k, "hard_k": self.hard_k, "rows": len(self.probs),
+                "kept_rows": len(self.kept), "problems": self.problems, "dropped_easy": self.dropped_easy,
+                "dropped_hard": self.dropped_hard, "seconds": round(self.seconds, 1)}
 
     def settings(self) -> tuple:
         return self.method, self.k, self.too_easy, self.too_hard, self.hard_k
