@@ -112,7 +112,8 @@ def longest_only(n: int) -> int:
     toks = sum(len(o.tokens) for o in outs)
     print(json.dumps({"new_tokens": n, "tokens": toks, "wall_s": wall, "cpu_s": cpu, "tokens_per_s_wall": toks / wall,
                       "tokens_per_s_cpu": toks / cpu, "ms_per_iter_cpu": 1000 * cpu / n,
-                      "kv_cache_mib": eng.stats.extra["peak_blocks"] * eng.cache.block_bytes / 2**20,  # blocks in use "rss_before_mib": rss0,
+                      "kv_cache_mib": eng.stats.extra["peak_blocks"] * eng.cache.block_bytes / 2**20,  # blocks in use
+                      "rss_before_mib": rss0,
                       "peak_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}))
     return 0
 
