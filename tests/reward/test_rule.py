@@ -189,25 +189,37 @@ def test_dead_zygote_is_restarted(tmp_path, monkeypatch):
     import os
     import signal
 
+    def running(pid: int) -> bool:  # neither gone nor a zombie that nobody has reaped yet
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+        except FileNotFoundError:
+            return False
+
     (tmp_path / "ulorl_test_zygote_reward.py").write_text(
-        "import time\n"
+        "import os\n"
         "def score(ds, s, gt, extra=None):\n"
-        "    if s == 'hang':\n"
-        "        time.sleep(1000)\n"
+        "    if s == 'crash':\n"
+        "        os._exit(3)\n"
         "    return float(s == gt)\n"
     )
     monkeypatch.syspath_prepend(str(tmp_path))
-    with RuleVerifier(timeout_s=1.0, num_workers=1, fn="ulorl_test_zygote_reward:score") as v:
+    # a generous deadline: nothing here waits for it, and a slow machine's new zygote and fork stay inside it
+    with RuleVerifier(timeout_s=60.0, num_workers=1, fn="ulorl_test_zygote_reward:score") as v:
         v.wait_ready()
         zygote = v._pool._state["boot"].result()
+        workers = v._pool.pids
         os.kill(zygote.proc.pid, signal.SIGKILL)  # e.g. the OOM killer; its workers die with it
         zygote.proc.wait()
-        time.sleep(0.2)
-        # the hang forces a replacement worker, which needs a new zygote
-        assert v.score(["a", "hang", "b"], ["a", "?", "b"]) == [1.0, 0.0, 1.0]
+        give_up = time.monotonic() + 60.0
+        while any(running(pid) for pid in workers):  # they go by PR_SET_PDEATHSIG, a moment later
+            assert time.monotonic() < give_up, f"workers {workers} outlived their zygote by 60 s"
+            os.sched_yield()
+        # the dead worker and the crashing item each need a replacement worker, hence a new zygote
+        assert v.score(["a", "crash", "b"], ["a", "?", "b"]) == [1.0, 0.0, 1.0]
         assert v._pool._state["boot"].result() is not zygote
         m = v.metrics()
-        assert m["reward/timeouts"] == 1 and m["reward/errors"] == 0
+        assert m["reward/errors"] == 1 and m["reward/timeouts"] == 0  # the item killed two workers: its own fault
 
 
 def test_plain_numbers_are_settled_without_workers():
