@@ -56,6 +56,11 @@ class PrefilterConfig:
             raise ConfigError(f"data.prefilter.method={self.method} with too_easy and too_hard both false drops "
                               "nothing: set one of them, or method none")
 
+    def ks(self, group_size: int) -> tuple[int, int]:
+        """(k, hard_k) with their defaults filled in: k is the group size unless set, hard_k is k unless set."""
+        k = self.k or group_size
+        return k, self.hard_k or k
+
 
 BUILTIN_CHAIN = "builtin:chain"
 # arguments of apply_chat_template that the loader sets (data.chat_template_kwargs cannot override them)

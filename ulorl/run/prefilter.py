@@ -61,7 +61,7 @@ def prefilter_draws(probs: list[float], keys: list, k: int, seed: int, too_easy:
     Returns:
         `(N,)` `KEPT`, `EASY` or `HARD`; copies of a problem share one fate."""
     rng = np.random.default_rng([seed, _STREAM])
-    hard_k = k if hard_k is None else hard_k
+    hard_k = hard_k or k
     fate: dict = {}
     for key, p in zip(keys, probs):
         if key not in fate:
@@ -111,10 +111,9 @@ def decide_prefilter(model, tokenizer, rows: list, params: SamplingParams, eos_i
                               desc="prefilter: exact P(worked solution)")
     p_of = {key: s.prob for key, s in zip(first, scores)}
     probs = [p_of[key] for key in keys]
-    hard_k = k if hard_k is None else hard_k
     fates = prefilter_draws(probs, keys, k, seed, too_easy, too_hard, hard_k)
     per_problem = [fates[i] for i in first.values()]
-    return Prefilter("exact", k, too_easy, too_hard, hard_k, PromptSource(rows, shuffle=False).fingerprint(),
+    return Prefilter("exact", k, too_easy, too_hard, hard_k or k, PromptSource(rows, shuffle=False).fingerprint(),
                      [i for i, f in enumerate(fates) if f == KEPT], probs, len(first), per_problem.count(EASY),
                      per_problem.count(HARD), time.perf_counter() - t0)
 
@@ -128,8 +127,7 @@ def apply_prefilter(cfg: RunConfig, run_dir: Path, model, tokenizer, rows: list,
     f = cfg.data.prefilter
     if f.method == "none":
         return rows, {}
-    k = f.k or cfg.rollout.group_size
-    hard_k = f.hard_k or k
+    k, hard_k = f.ks(cfg.rollout.group_size)
     path = run_dir / FILE
     if fresh:
         check_references(rows, f"data.train={cfg.data.train}", f"data.prefilter.method={f.method}")
