@@ -24,13 +24,13 @@ import sys
 from benchlib import emit, machine, quiet_torch
 
 
-def score_model(config: str, model_path: str, min_tokens: int) -> dict:
+def score_model(config: str, model_path: str, min_tokens: int, overrides: list[str] | None = None) -> dict:
     from ulorl.config import ConfigError, load_run_config
     from ulorl.data import load_prompts
     from ulorl.evaluation.reference import referenced_rows, score_eval_references
     from ulorl.models import load_model, load_tokenizer
 
-    cfg = load_run_config(config)
+    cfg = load_run_config(config, overrides or [])
     ev = cfg.eval
     tok = load_tokenizer(model_path)
     records, _ = load_prompts(cfg.data, tok, "eval")

@@ -1,0 +1,133 @@
+"""The long run's seed table (issue 30, item 5) in one command: RL from each SFT seed's warm start with each
+training seed, every kept checkpoint scored exactly against its warm start on the held-out set.
+
+    python benchmarks/long_seed_table.py                                   # the config as written
+    python benchmarks/long_seed_table.py --set train.lr=3e-5 --out docs/long_seed_table_lr3e-5.json
+
+For each SFT seed S of `--pairs` the warm start is made once (`ulorl sft --config C sft.seed=S data.eval=null`,
+into RUNS/sft_S); for each pair S/T, `ulorl train --config C sft.seed=S train.seed=T data.eval=null` runs RL from a
+copy of it with the `--set` overrides (into RUNS/<tag>/S_T; the tag names the overrides), and each checkpoint of
+`--steps` is scored with `reference_likelihood.py`'s exact measure: the change from the warm start over all
+problems and over those of >= `--min-tokens` reference tokens, with its paired z. A pair whose run has its
+summary is not run again; an interrupted one resumes (`--resume auto`), so the script can be re-run at will.
+Runs go one at a time: on 2 cores two runs side by side would change each other's times, not their numbers.
+The last line printed is one JSON object (also written to `--out`).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from benchlib import emit, machine, quiet_torch
+from reference_likelihood import paired, score_model
+
+ROOT = Path(__file__).resolve().parents[1]
+ULORL = [sys.executable, "-m", "ulorl.cli"]
+
+
+def _pairs(text: str) -> list[tuple[int, int]]:
+    out = []
+    for item in text.split(","):
+        m = re.fullmatch(r"\s*(\d+)/(\d+)\s*", item)
+        if not m:
+            raise SystemExit(f"--pairs: {item!r} is not SFT_SEED/TRAIN_SEED (e.g. 0/0,0/1,1/0)")
+        out.append((int(m[1]), int(m[2])))
+    return out
+
+
+def _tag(sets: list[str]) -> str:
+    return "_".join(re.sub(r"[^A-Za-z0-9.=-]", "-", s) for s in sets) or "as_written"
+
+
+def _run(cmd: list[str], log: Path) -> None:
+    print("$ " + " ".join(cmd), file=sys.stderr, flush=True)
+    with open(log, "a") as f:
+        if subprocess.run(cmd, cwd=ROOT, stdout=f, stderr=subprocess.STDOUT).returncode:
+            raise SystemExit(f"failed: {' '.join(cmd)} (its output: {log})")
+
+
+def warm_start(config: str, runs: Path, sft_seed: int, sets: list[str]) -> Path:
+    """RUNS/sft_S/model, made once. Only `sft.*` overrides reach it: the others are RL's."""
+    out = runs / f"sft_{sft_seed}"
+    model = out / "model"
+    if not (model / "model.safetensors").exists():
+        sft_sets = [s for s in sets if s.startswith("sft.")]
+        _run([*ULORL, "sft", "--config", config, "-o", str(out), f"sft.seed={sft_seed}", "data.eval=null", *sft_sets],
+             runs / f"sft_{sft_seed}.log")
+    return model
+
+
+def rl_run(config: str, run: Path, model: Path, sft_seed: int, train_seed: int, sets: list[str], every: int) -> None:
+    if (run / "summary.json").exists():
+        return
+    if not (run / "warm_start" / "model" / "model.safetensors").exists():
+        shutil.rmtree(run / "warm_start", ignore_errors=True)
+        shutil.copytree(model, run / "warm_start" / "model")
+    _run([*ULORL, "train", "--config", config, "-o", str(run), "--resume", "auto", f"sft.seed={sft_seed}",
+          f"train.seed={train_seed}", "data.eval=null", f"checkpoint.every={every}", "checkpoint.keep=100", *sets],
+         run.with_suffix(".log"))
+
+
+def _change(cmp: dict) -> dict:
+    return {k: {"delta": v["delta"], "se": v["se"], "z": v["z"], "better": v["better"], "worse": v["worse"]}
+            for k, v in cmp.items() if v}
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--config", default="configs/long.yaml")
+    ap.add_argument("--pairs", default="0/0,0/1,0/2,1/0,2/0", help="SFT_SEED/TRAIN_SEED, comma-separated")
+    ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a config override for every run (repeat); sft.* ones reach the warm starts too")
+    ap.add_argument("--steps", default="4,8", help="the RL steps whose checkpoints are scored")
+    ap.add_argument("--runs", default="runs/seed_table", help="where the warm starts and runs go")
+    ap.add_argument("--min-tokens", type=int, default=1000)
+    ap.add_argument("--threads", type=int, default=2, help="torch threads for the scoring")
+    ap.add_argument("--out", default=None)
+    args = ap.parse_args()
+    pairs = _pairs(args.pairs)
+    steps = [int(s) for s in args.steps.split(",")]
+    every = steps[0]
+    for s in steps:
+        if s % every:
+            ap.error(f"--steps {args.steps}: each must be a multiple of the first (checkpoint.every={every})")
+    quiet_torch(args.threads)
+    load0 = os.getloadavg()
+    runs = Path(args.runs)
+    runs.mkdir(parents=True, exist_ok=True)
+    tag = _tag(args.set)
+    table = {}
+    for sft_seed, train_seed in pairs:
+        model = warm_start(args.config, runs, sft_seed, args.set)
+        run = runs / tag / f"{sft_seed}_{train_seed}"
+        rl_run(args.config, run, model, sft_seed, train_seed, args.set, every)
+        before = score_model(args.config, str(model), args.min_tokens, args.set)
+        row = {"run": str(run), "warm_start": {"all": before["all"], "long": before["long"]}, "steps": {}}
+        for step in steps:
+            ckpt = run / "checkpoints" / f"step_{step:06d}" / "model"
+            if not ckpt.exists():
+                raise SystemExit(f"{ckpt} is missing: does the run have {step} steps (train.steps)?")
+            after = score_model(args.config, str(ckpt), args.min_tokens, args.set)
+            row["steps"][str(step)] = _change(paired(before, after, args.min_tokens))
+        summary = json.loads((run / "summary.json").read_text())
+        row["trained_eos_at_least"] = summary.get("trained_eos_at_least")
+        row["prefilter"] = summary.get("prefilter")
+        with open(run / "metrics.jsonl") as f:  # RL's own clock: the steps, not the warm start or the scoring
+            row["rl_seconds"] = round(sum(json.loads(line).get("timing_s/step", 0.0) for line in f), 1)
+        table[f"{sft_seed}/{train_seed}"] = row
+        last = row["steps"][str(steps[-1])]
+        print(f"{sft_seed}/{train_seed} step {steps[-1]}: " + "; ".join(
+            f"{k} {v['delta'] * 100:+.1f} points (z {v['z']:.1f})" for k, v in last.items()), flush=True)
+    return emit({"config": args.config, "sets": args.set, "min_tokens": args.min_tokens, "pairs": table,
+                 "machine": machine(load0)}, args.out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
