@@ -5,7 +5,8 @@ training seed, every kept checkpoint scored exactly against its warm start on th
     python benchmarks/long_seed_table.py --set train.lr=3e-5 --out docs/long_seed_table_lr3e-5.json
 
 For each SFT seed S of `--pairs` the warm start is made once (`ulorl sft --config C sft.seed=S data.eval=null`,
-into RUNS/sft_S); for each pair S/T, `ulorl train --config C sft.seed=S train.seed=T data.eval=null` runs RL from a
+into RUNS/sft_S: the same weights, byte for byte, as the full command's warm start, checked for SFT seed 1 of
+configs/long.yaml on an Intel Xeon); for each pair S/T, `ulorl train --config C sft.seed=S train.seed=T data.eval=null` runs RL from a
 copy of it with the `--set` overrides (into RUNS/<tag>/S_T; the tag names the overrides), and each checkpoint of
 `--steps` is scored with `reference_likelihood.py`'s exact measure: the change from the warm start over all
 problems and over those of >= `--min-tokens` reference tokens, with its paired z. A pair whose run has its
