@@ -55,25 +55,29 @@ def _run(cmd: list[str], log: Path) -> None:
 
 
 def warm_start(config: str, runs: Path, sft_seed: int, sets: list[str]) -> Path:
-    """RUNS/sft_S/model, made once. Only `sft.*` overrides reach it: the others are RL's."""
-    out = runs / f"sft_{sft_seed}"
+    """RUNS/sft_S[_<sft overrides>]/model, made once. Only `sft.*` overrides reach it (and name it): the others
+    are RL's."""
+    sft_sets = [s for s in sets if s.startswith("sft.")]
+    out = runs / (f"sft_{sft_seed}" + (f"_{_tag(sft_sets)}" if sft_sets else ""))
     model = out / "model"
     if not (model / "model.safetensors").exists():
-        sft_sets = [s for s in sets if s.startswith("sft.")]
         _run([*ULORL, "sft", "--config", config, "-o", str(out), f"sft.seed={sft_seed}", "data.eval=null", *sft_sets],
-             runs / f"sft_{sft_seed}.log")
+             out.parent / f"{out.name}.log")
     return model
 
 
 def rl_run(config: str, run: Path, model: Path, sft_seed: int, train_seed: int, sets: list[str], every: int) -> None:
     if (run / "summary.json").exists():
         return
-    if not (run / "warm_start" / "model" / "model.safetensors").exists():
+    if not (run / "warm_start" / "model" / "model.safetensors").exists():  # a copy, renamed into place whole
+        tmp = run / "warm_start.copying"
+        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.copytree(model, tmp / "model")
         shutil.rmtree(run / "warm_start", ignore_errors=True)
-        shutil.copytree(model, run / "warm_start" / "model")
+        os.replace(tmp, run / "warm_start")
     _run([*ULORL, "train", "--config", config, "-o", str(run), "--resume", "auto", f"sft.seed={sft_seed}",
           f"train.seed={train_seed}", "data.eval=null", f"checkpoint.every={every}", "checkpoint.keep=100", *sets],
-         run.with_suffix(".log"))
+         run.parent / f"{run.name}.log")
 
 
 def _change(cmp: dict) -> dict:
