@@ -189,12 +189,7 @@ def test_dead_zygote_is_restarted(tmp_path, monkeypatch):
     import os
     import signal
 
-    def running(pid: int) -> bool:  # neither gone nor a zombie that nobody has reaped yet
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-        except FileNotFoundError:
-            return False
+    from tests.procs import running
 
     (tmp_path / "ulorl_test_zygote_reward.py").write_text(
         "import os\n"

@@ -20,6 +20,8 @@ import pytest
 
 from ulorl.config import WORKERS_PER_CPU, bound_by_machine, load_run_config
 
+from tests.procs import running
+
 ESCAPING_REWARD = textwrap.dedent("""
     import os, time
     def score(data_source, solution_str, ground_truth, extra_info=None):
@@ -53,14 +55,6 @@ def test_threads_and_reward_workers_are_capped_by_the_cpus(monkeypatch):
     assert (within.train.threads, within.reward.num_workers, notes) == (2, 8, [])
 
 
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (OSError, IndexError):
-        return False
-    return state != "Z"
-
-
 @pytest.mark.skipif(not Path("/proc").is_dir(), reason="Linux: process subreapers and /proc")
 def test_no_reward_process_outlives_train_under_a_pipe(tmp_path, tiny_model_dir):
     (tmp_path / "escaping_reward.py").write_text(ESCAPING_REWARD)
@@ -79,12 +73,12 @@ def test_no_reward_process_outlives_train_under_a_pipe(tmp_path, tiny_model_dir)
         out, _ = proc.communicate(timeout=900)  # EOF: every holder of the pipe is gone (not a speed bound)
     except subprocess.TimeoutExpired:
         proc.kill()
-        left = [int(p.name) for p in pids.iterdir() if _alive(int(p.name))]
+        left = [int(p.name) for p in pids.iterdir() if running(int(p.name))]
         for pid in left:
             os.kill(pid, 9)
         raise AssertionError(f"the pipe stayed open after ulorl train: processes {left} still hold it")
     assert proc.returncode == 0, out
     started = [int(p.name) for p in pids.iterdir()]
     assert len(started) >= 4, out  # the reward ran (2 steps x 2 samples, 2 processes each)
-    assert [pid for pid in started if _alive(pid)] == []
+    assert [pid for pid in started if running(pid)] == []
     assert "train.threads=1000000 is more than the" in out and "reward.num_workers=100000 is more than" in out
