@@ -6,10 +6,11 @@ training seed, every kept checkpoint scored exactly against its warm start on th
 
 For each SFT seed S of `--pairs` the warm start is made once (`ulorl sft --config C sft.seed=S data.eval=null`,
 into RUNS/sft_S: the same weights, byte for byte, as the full command's warm start, checked for SFT seed 1 of
-configs/long.yaml on an Intel Xeon); for each pair S/T, `ulorl train --config C sft.seed=S train.seed=T data.eval=null` runs RL from a
-copy of it with the `--set` overrides (into RUNS/<tag>/S_T; the tag names the overrides), and each checkpoint of
-`--steps` is scored with `reference_likelihood.py`'s exact measure: the change from the warm start over all
-problems and over those of >= `--min-tokens` reference tokens, with its paired z. A pair whose run has its
+configs/long.yaml on an Intel Xeon) and scored once; for each pair S/T, `ulorl train --config C sft.seed=S
+train.seed=T data.eval=null` runs RL from a copy of it with the `--set` overrides (into RUNS/<tag>/S_T; the tag
+names the overrides), and each checkpoint of `--steps` is scored with `reference_likelihood.py`'s exact
+measure: the change from the warm start over all problems and over those of >= `--min-tokens` reference tokens,
+with its paired z. A pair whose run has its
 summary is not run again; an interrupted one resumes (`--resume auto`), so the script can be re-run at will.
 Runs go one at a time: on 2 cores two runs side by side would change each other's times, not their numbers.
 The last line printed is one JSON object (also written to `--out`).
@@ -108,12 +109,14 @@ def main() -> int:
     runs = Path(args.runs)
     runs.mkdir(parents=True, exist_ok=True)
     tag = _tag(args.set)
-    table = {}
+    table, scored = {}, {}  # scored: each warm start's scores, shared by the pairs of its SFT seed
     for sft_seed, train_seed in pairs:
         model = warm_start(args.config, runs, sft_seed, args.set)
         run = runs / tag / f"{sft_seed}_{train_seed}"
         rl_run(args.config, run, model, sft_seed, train_seed, args.set, every)
-        before = score_model(args.config, str(model), args.min_tokens, args.set)
+        if model not in scored:
+            scored[model] = score_model(args.config, str(model), args.min_tokens, args.set)
+        before = scored[model]
         row = {"run": str(run), "warm_start": {"all": before["all"], "long": before["long"]}, "steps": {}}
         for step in steps:
             ckpt = run / "checkpoints" / f"step_{step:06d}" / "model"
