@@ -62,6 +62,26 @@ def paired(before: dict, after: dict, min_tokens: int) -> dict:
     return out
 
 
+# reference-answer tokens; the long run's wall sits near 2,300 tokens, so its frontier gets narrow buckets
+LENGTH_EDGES = (0, 256, 1024, 2048, 2400, 3000, 4097)
+
+
+def by_length(before: dict, after: dict, edges: tuple[int, ...] = LENGTH_EDGES) -> list[dict]:
+    """Where a change sits: per bucket [lo, hi) of reference tokens, the problems in it, the first model's mean
+    probability, and the sums of the per-problem gains and of the losses (in problems: -1.5 is one and a half
+    problems' worth of probability lost). Gains and losses are summed apart, so a bucket where RL moves problems
+    both ways shows both."""
+    rows = []
+    for lo, hi in zip(edges, edges[1:]):
+        pairs = [(b["prob"], a["prob"]) for b, a in zip(before["problems"], after["problems"])
+                 if lo <= b["tokens"] < hi]
+        rows.append({"tokens": [lo, hi], "problems": len(pairs),
+                     "before": sum(b for b, _ in pairs) / len(pairs) if pairs else None,
+                     "gain": sum((max(0.0, a - b) for b, a in pairs), 0.0),
+                     "loss": sum((min(0.0, a - b) for b, a in pairs), 0.0)})
+    return rows
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="the run's config (its data and eval sections)")
@@ -86,6 +106,7 @@ def main() -> int:
             first = label
         else:
             m["vs_" + first] = cmp = paired(models[first], m, args.min_tokens)
+            m["by_length_vs_" + first] = by_length(models[first], m)
             line += "".join(f"; {k} {v['delta']:+.4f} (se {v['se']:.4f}, z {v['z']:.2f})"
                             for k, v in cmp.items() if v)
         print(line, flush=True)
