@@ -3,7 +3,8 @@ training seed, every kept checkpoint scored exactly against its warm start on th
 
     python benchmarks/long_seed_table.py                                   # the config as written
     python benchmarks/long_seed_table.py --set train.lr=3e-5 --out docs/long_seed_table_lr3e-5.json
-    python benchmarks/long_seed_table.py --warm-start xeon0=benchmarks/warm_starts/long_xeon_sft0 --pairs xeon0/0,xeon0/1
+    python benchmarks/long_seed_table.py --warm-start xeon0=benchmarks/warm_starts/long_xeon_sft0 \
+        --pairs xeon0/0,xeon0/1,0/0
 
 For each SFT seed S of `--pairs` the warm start is made once (`ulorl sft --config C sft.seed=S data.eval=null`,
 into RUNS/sft_S: the same weights, byte for byte, as the full command's warm start, checked for SFT seed 1 of
@@ -13,8 +14,8 @@ names the overrides), and each checkpoint of `--steps` is scored with `reference
 measure: the change from the warm start over all problems and over those of >= `--min-tokens` reference tokens,
 with its paired z, and where it sits by reference-answer length (`by_length`). A pair whose run has its
 summary is not run again; an interrupted one resumes (`--resume auto`), so the script can be re-run at will.
-`--warm-start LABEL=DIR` gives a warm start made elsewhere (another machine's, say) for
-pairs LABEL/T: RL on this machine from the same weights separates the two machines' warm starts from their RL.
+`--warm-start LABEL=DIR` gives a warm start made elsewhere (another machine's, say) for pairs LABEL/T: RL on this
+machine from the same weights separates the two machines' warm starts from their RL.
 Runs go one at a time: on 2 cores two runs side by side would change each other's times, not their numbers.
 The last line printed is one JSON object (also written to `--out`).
 """
@@ -101,8 +102,8 @@ def rl_run(config: str, run: Path, model: Path, warm: str, train_seed: int, sets
         shutil.rmtree(run / "warm_start", ignore_errors=True)
         os.replace(tmp, run / "warm_start")
     seed = [f"sft.seed={warm}"] if warm.isdigit() else []  # a given warm start: no SFT, so no SFT seed
-    _run([*ULORL, "train", "--config", config, "-o", str(run), "--resume", "auto", *seed, f"train.seed={train_seed}", "data.eval=null", f"checkpoint.every={every}", "checkpoint.keep=100", *sets],
-         run.parent / f"{run.name}.log")
+    _run([*ULORL, "train", "--config", config, "-o", str(run), "--resume", "auto", *seed, f"train.seed={train_seed}",
+          "data.eval=null", f"checkpoint.every={every}", "checkpoint.keep=100", *sets], run.parent / f"{run.name}.log")
 
 
 def _change(cmp: dict) -> dict:
@@ -137,7 +138,7 @@ def main() -> int:
     runs = Path(args.runs)
     runs.mkdir(parents=True, exist_ok=True)
     tag = _tag(args.set)
-    table, scored = {}, {}  # scored: each warm start's scores, shared by the pairs of its SFT seed
+    table, scored = {}, {}  # scored: each warm start's scores, shared by its pairs
     for warm, train_seed in pairs:
         model = given.get(warm) or warm_start(args.config, runs, int(warm), args.set)
         run = runs / tag / f"{warm}_{train_seed}"
