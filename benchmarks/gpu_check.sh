@@ -55,11 +55,37 @@ if sys.argv[1] == "cuda" and not torch.cuda.is_available():
     raise SystemExit("gpu_check: torch sees no CUDA device")
 EOF
 mkdir -p "$OUT"
+# -- 1b. the paged torch engine's figures (issue 26; first, so that a short loan measures them) -------------
+# benchmarks/gpu_paged_check.py: device bandwidth; the engine's decode paths at 256 rows x 8k (flex and gather with
+# CUDA graphs, flex eager, split-K; the rest runs on the fastest); decode ms/iteration of the Qwen2.5-0.5B shape
+# (random bf16 weights) at 64 and 256 rows x 2k/8k/32k contexts next to the bandwidth floor; a Qwen3-1.7B-shaped
+# batch of 128 rows at 16k (long tail) in the pool that slots need for 25 rows; segment rollout M = 1, 4, 2, 8 on
+# 32 groups x 8 (L = 16k, mean length L/8), trained samples/s. Parts start within PAGED_BUDGET seconds (default 240; the JSON
+# is rewritten after each part, and PAGED_TIMEOUT, default 330 s, ends it). Into $OUT/gpu_check.json
+# ("paged_engine"), quoted by docs/scale.md. DEVICE=cpu: tiny shapes (a dry run). PAGED=0 skips it.
+if [ "${PAGED:-1}" = 1 ]; then
+PAGED_QUICK=""; [ "$DEVICE" = cpu ] && PAGED_QUICK="--quick"
+timeout "${PAGED_TIMEOUT:-330}" "$PYTHON" benchmarks/gpu_paged_check.py --device "$DEVICE" $PAGED_QUICK \
+    --budget-s "${PAGED_BUDGET:-240}" --out "$OUT/gpu_paged_check.json" > "$OUT/gpu_paged_check.log" 2>&1 \
+    || FAILED="${FAILED:+$FAILED; }paged engine check (log: $OUT/gpu_paged_check.log)"
+grep -v '^{' "$OUT/gpu_paged_check.log" | tail -n 16 | cut -c1-400
+"$PYTHON" - "$OUT" <<'EOF'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+if (out / "gpu_paged_check.json").exists():
+    path = out / "gpu_check.json"
+    summary = json.loads(path.read_text()) if path.exists() else {}
+    summary["paged_engine"] = json.loads((out / "gpu_paged_check.json").read_text())
+    path.write_text(json.dumps(summary, indent=1))
+EOF
+fi
 QUICK=""; [ "$DEVICE" = cpu ] && QUICK="--quick"
 # a failure here is reported, and the training run still goes ahead (a lent machine's minutes are few): the
 # script's exit status says whether every part passed
-"$PYTHON" benchmarks/gpu_engine_check.py --device "$DEVICE" $QUICK --out "$OUT/gpu_engine_check.json" \
-    > "$OUT/gpu_engine_check.log" 2>&1 || FAILED="engine check (log: $OUT/gpu_engine_check.log)"
+timeout "${ENGINE_CHECK_TIMEOUT:-240}" "$PYTHON" benchmarks/gpu_engine_check.py --device "$DEVICE" $QUICK \
+    --out "$OUT/gpu_engine_check.json" > "$OUT/gpu_engine_check.log" 2>&1 \
+    || FAILED="${FAILED:+$FAILED; }engine check (log: $OUT/gpu_engine_check.log)"
 tail -c 3000 "$OUT/gpu_engine_check.log"
 else
 # runs/gpu-venv sees the system's packages, so a machine with torch/vLLM preinstalled downloads only what is missing.
@@ -84,6 +110,8 @@ if sys.argv[1] == "cuda":
 EOF
 fi
 
+# TRAIN=0 skips blocks 2-4 (the training runs, ~4 minutes each on the first H200 run)
+if [ "${TRAIN:-1}" = 1 ]; then
 # -- 2. a small model, made here ------------------------------------------------------------------------------
 # The built-in tiny model has head_dim 32; this one uses head_dim 64, which every vLLM attention backend supports.
 mkdir -p "$OUT"
@@ -154,7 +182,9 @@ summary = {
     "abs_log_ratio_age0": [r.get("pois/abs_log_ratio_age0") for r in rows],
     "wall_s_total": time.time() - start,
 }
-(out / "gpu_check.json").write_text(json.dumps(summary, indent=1))
+path = out / "gpu_check.json"  # merged: block 1b wrote "paged_engine" into it
+summary = {**(json.loads(path.read_text()) if path.exists() else {}), **summary}
+path.write_text(json.dumps(summary, indent=1))
 print(f"\ngpu_check: steps 2-{rows[-1]['step']}: {summary['tokens_per_s']:.0f} tokens/s over whole steps, "
       f"{summary['gen_tokens_per_s']:.0f} tokens/s while generating, step time {summary['step_time_s']:.2f} s "
       f"(update {summary['update_time_s']:.2f} s); first step {summary['first_step_s']:.2f} s; "
@@ -170,6 +200,7 @@ if ov:
           f"against {summary['step_time_s']:.2f} s sync")
 print(f"gpu_check: training run OK ({out})")
 EOF
+fi
 # -- 5. the real-model recipe: configs/smollm2_math.yaml with train.device=$DEVICE (issue 28) ------------------
 # SmolLM2-135M-Instruct for SMOLLM2_STEPS steps (3) on real math problems, no held-out evaluation: step time and
 # peak GPU memory into $OUT/gpu_check.json ("smollm2_math"). Needs the model (SMOLLM2_MODEL: model.path, default
@@ -232,7 +263,7 @@ fi
 # peak CUDA memory against `ulorl plan --memory`'s prediction into $OUT/gpu_check.json ("learner_long"; about
 # 1 minute). DEVICE=cpu: 2 layers, 256 and 512 tokens (the plumbing only). LEARNER_LONG=0 skips it.
 if [ "${LEARNER_LONG:-1}" = 1 ]; then
-"$PYTHON" benchmarks/gpu_learner_long_check.py --device "$DEVICE" --out "$OUT/gpu_learner_long.json" \
+timeout "${LEARNER_LONG_TIMEOUT:-150}" "$PYTHON" benchmarks/gpu_learner_long_check.py --device "$DEVICE" --out "$OUT/gpu_learner_long.json" \
     > "$OUT/gpu_learner_long.log" 2>&1 || FAILED="${FAILED:+$FAILED; }learner_long (log: $OUT/gpu_learner_long.log)"
 tail -n 4 "$OUT/gpu_learner_long.log" | cut -c1-600
 "$PYTHON" - "$OUT" <<'EOF'
@@ -248,31 +279,6 @@ if (out / "gpu_learner_long.json").exists():
         got = r.get("measured_increment_gib")
         print(f"gpu_check: learner_long L={r['length']}: predicted {r['predicted_increment_gib']:.2f} GiB, measured "
               f"{'-' if got is None else f'{got:.2f}'} GiB{' (' + r['skipped'] + ')' if 'skipped' in r else ''}")
-EOF
-fi
-# -- 7. the paged torch engine's figures (issue 26) -------------------------------------------------------------
-# benchmarks/gpu_paged_check.py: device bandwidth; the engine's decode paths at 256 rows x 8k (flex and gather with
-# CUDA graphs, flex eager, split-K; the rest runs on the fastest); decode ms/iteration of the Qwen2.5-0.5B shape
-# (random bf16 weights) at 64 and 256 rows x 2k/8k/32k contexts next to the bandwidth floor; a Qwen3-1.7B-shaped
-# batch of 128 rows at 16k (long tail) in the pool that slots need for 25 rows; segment rollout M = 1, 4, 2, 8 on
-# 32 groups x 8 (L = 16k, mean length L/8), trained samples/s. Parts start within PAGED_BUDGET seconds (default 240; the JSON
-# is rewritten after each part, and PAGED_TIMEOUT, default 330 s, ends it). Into $OUT/gpu_check.json
-# ("paged_engine"), quoted by docs/scale.md. DEVICE=cpu: tiny shapes (a dry run). PAGED=0 skips it.
-if [ "${PAGED:-1}" = 1 ]; then
-PAGED_QUICK=""; [ "$DEVICE" = cpu ] && PAGED_QUICK="--quick"
-timeout "${PAGED_TIMEOUT:-330}" "$PYTHON" benchmarks/gpu_paged_check.py --device "$DEVICE" $PAGED_QUICK \
-    --budget-s "${PAGED_BUDGET:-240}" --out "$OUT/gpu_paged_check.json" > "$OUT/gpu_paged_check.log" 2>&1 \
-    || FAILED="${FAILED:+$FAILED; }paged engine check (log: $OUT/gpu_paged_check.log)"
-grep -v '^{' "$OUT/gpu_paged_check.log" | tail -n 16 | cut -c1-400
-"$PYTHON" - "$OUT" <<'EOF'
-import json, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-if (out / "gpu_paged_check.json").exists():
-    path = out / "gpu_check.json"
-    summary = json.loads(path.read_text()) if path.exists() else {}
-    summary["paged_engine"] = json.loads((out / "gpu_paged_check.json").read_text())
-    path.write_text(json.dumps(summary, indent=1))
 EOF
 fi
 if [ -n "$FAILED" ]; then
