@@ -62,11 +62,13 @@ mkdir -p "$OUT"
 # batch of 128 rows at 16k (long tail) in the pool that slots need for 25 rows; segment rollout M = 1, 4, 2, 8 on
 # 32 groups x 8 (L = 16k, mean length L/8), trained samples/s. Parts start within PAGED_BUDGET seconds (default 240; the JSON
 # is rewritten after each part, and PAGED_TIMEOUT, default 330 s, ends it). Into $OUT/gpu_check.json
-# ("paged_engine"), quoted by docs/scale.md. DEVICE=cpu: tiny shapes (a dry run). PAGED=0 skips it.
+# ("paged_engine"), quoted by docs/scale.md. DEVICE=cpu: tiny shapes (a dry run). PAGED=0 skips it; PAGED_PATHS
+# picks the decode paths of the side-by-side (gpu_paged_check.py --paths).
 if [ "${PAGED:-1}" = 1 ]; then
 PAGED_QUICK=""; [ "$DEVICE" = cpu ] && PAGED_QUICK="--quick"
 timeout "${PAGED_TIMEOUT:-330}" "$PYTHON" benchmarks/gpu_paged_check.py --device "$DEVICE" $PAGED_QUICK \
-    --budget-s "${PAGED_BUDGET:-240}" --out "$OUT/gpu_paged_check.json" > "$OUT/gpu_paged_check.log" 2>&1 \
+    --budget-s "${PAGED_BUDGET:-240}" --paths "${PAGED_PATHS:-flex+graphs,gather+graphs,flex,split_k}" \
+    --out "$OUT/gpu_paged_check.json" > "$OUT/gpu_paged_check.log" 2>&1 \
     || FAILED="${FAILED:+$FAILED; }paged engine check (log: $OUT/gpu_paged_check.log)"
 grep -v '^{' "$OUT/gpu_paged_check.log" | tail -n 16 | cut -c1-400
 "$PYTHON" - "$OUT" <<'EOF'

@@ -155,8 +155,11 @@ def main() -> int:
     model.eval()
     lengths = (64, 256) if args.quick else (2048, 8192)
     L, target = (256, 32) if args.quick else (4096, 256)
+    ok = correctness(model, tok, dev)
+    print(f"log-probs against the learner: max abs difference {ok['max_abs_diff']:.2e} (contract 1e-5)",
+          file=sys.stderr, flush=True)
     result = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-              "correctness": correctness(model, tok, dev), "long_decode": long_decode(model, dev, lengths),
+              "correctness": ok, "long_decode": long_decode(model, dev, lengths),
               "segment_rollout": segment_rollout(model, tok, dev, L, target),
               "machine": machine(), "elapsed_s": time.perf_counter() - t_start, "quick": args.quick}
     return emit(result, args.out)

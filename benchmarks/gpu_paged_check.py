@@ -176,6 +176,7 @@ def attention_paths(dev: torch.device, rows: int, ctx: int, page: int = 256) -> 
 ATTENTION = "auto"  # --decode-attention: the engine's decode path for parts 3 and 4
 # part 2's side-by-side at one point: every decode path, with and without CUDA graphs
 VARIANTS = [("flex", True), ("gather", True), ("flex", False), ("split_k", False)]
+VARIANT_NAMES = {f"{a}+graphs" if g else a: (a, g) for a, g in VARIANTS}  # --paths
 
 
 def engine_for(model, kv_gib: float, max_batch: int, attention: str | None = None, graphs: bool = True):
@@ -222,10 +223,11 @@ def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int, attenti
     return {"rows": rows, "context": ctx, "ms_per_iteration": ms, "kv_bytes_read": kv_read, **path}
 
 
-def decode_variants(model, dev: torch.device, rows: int, ctx: int, iters: int, floor) -> list[dict]:
-    """`decode_ms` through every path of `VARIANTS`; a path that fails here (a compiler, a kernel) is recorded."""
+def decode_variants(model, dev: torch.device, rows: int, ctx: int, iters: int, floor, variants=VARIANTS
+                    ) -> list[dict]:
+    """`decode_ms` through every path of `variants`; a path that fails here (a compiler, a kernel) is recorded."""
     out = []
-    for attention, graphs in VARIANTS:
+    for attention, graphs in variants:
         try:
             r = decode_ms(model, dev, rows, ctx, iters, attention, graphs)
             r["over_floor"] = r["ms_per_iteration"] / floor(r)
@@ -310,7 +312,12 @@ def main() -> int:
     p.add_argument("--out", default=None)
     p.add_argument("--decode-attention", default="auto", help="the engine's decode path for the decode table and "
                    "parts 3-4: auto (the fastest of decode_paths) | flex | gather | split_k")
+    p.add_argument("--paths", default=",".join(VARIANT_NAMES),
+                   help=f"decode_paths' side-by-side, comma-separated from {', '.join(VARIANT_NAMES)}")
     args = p.parse_args()
+    unknown = [v for v in args.paths.split(",") if v not in VARIANT_NAMES]
+    if unknown:
+        p.error(f"--paths: unknown {', '.join(unknown)}; expected some of {', '.join(VARIANT_NAMES)}")
     global ATTENTION
     ATTENTION = args.decode_attention
     dev = torch.device(args.device)
@@ -341,7 +348,7 @@ def main() -> int:
     wb = weight_bytes(small)
     floor = lambda r: (wb + r["kv_bytes_read"]) / bw["bytes_per_s"] * 1000  # noqa: E731
     res["decode_paths"] = paths = decode_variants(small, dev, 4 if q else 256, 256 if q else 8192, 4 if q else 10,
-                                                  floor)
+                                                  floor, [VARIANT_NAMES[v] for v in args.paths.split(",")])
     ok = [r for r in paths if "ms_per_iteration" in r]
     if ATTENTION == "auto" and ok:  # the rest of the check runs on the fastest path that ran here (recorded)
         ATTENTION = min(ok, key=lambda r: r["ms_per_iteration"])["decode_attention"]

@@ -159,7 +159,8 @@ def test_a_kernel_that_fails_on_a_new_shape_falls_back_to_the_gather(shaken, mon
 def test_compiled_flex_equals_the_gather():
     """The flex construction through torch.compile (the CPU backend here; Triton on CUDA): the compiled kernel has
     requirements the eager reference does not check (the mask's KV extent must cover the pool). Two batch sizes:
-    the second recompiles with a symbolic batch. G = 7 query heads per KV head, as the Qwen2.5-0.5B shape."""
+    the second compiles a kernel of its own (a static batch). G = 7 query heads per KV head, as the Qwen2.5-0.5B
+    shape."""
     torch.manual_seed(0)
     h_kv, g, d, bs, nb = 2, 7, 16, 16, 40
     k_tok, v_tok = torch.randn(h_kv, (nb + 1) * bs, d), torch.randn(h_kv, (nb + 1) * bs, d)

@@ -13,7 +13,8 @@ launch. A graph fixes every tensor's shape and address, so a step is padded to a
 Inputs go into static buffers (one host-to-device copy per tensor per step), the graph of the step's
 (rows, width) is replayed, and the logits are read from its static output. A graph is captured the first
 time its shape is met: the step is run once eagerly with the real inputs (its K/V writes are the step's own,
-so replaying it writes the same values again), then captured; all graphs share one memory pool.
+so replaying it writes the same values again), then captured; all graphs share one memory pool, a new one
+once they are dropped (a wider table, a fallback).
 
 A shape whose first step fails (a compiler or a capture error on this machine) is not fatal: flex falls back
 to the gather, then CUDA graphs to eager steps, each with a warning (`fallbacks`), and the step reruns.
@@ -90,7 +91,13 @@ class TableDecoder:
         # recycled address; the scheduler only appends to a block list or replaces it
         self._host_rows: list[tuple[list[int] | None, int]] = [(None, 0)] * rows
         self._width = width
+        self._drop_graphs()
+
+    def _drop_graphs(self) -> None:
+        """Forget every captured graph, and their memory pool with them: once its graphs are gone a pool cannot
+        take a new capture (the CUDA allocator asserts `use_count > 0`), so the next capture starts a new one."""
         self.graphs.clear()
+        self.pool = None
 
     def width_for(self, max_blocks: int, capacity_blocks: int) -> int:
         """The step's table width: the longest row's blocks, bucketed; for a backend whose cost does not grow
@@ -147,7 +154,7 @@ class TableDecoder:
         msg = f"torch engine decode: {what} after {type(error).__name__}: {str(error)[:300]}"
         warnings.warn(msg, stacklevel=3)
         self.fallbacks.append(msg)
-        self.graphs.clear()
+        self._drop_graphs()
         self._shapes_ok.clear()
         return True
 

@@ -18,7 +18,8 @@ and a backend turns that into each row's attention over its own blocks. Two back
   compiled by torch's CPU backend this construction matches the gather (`test_compiled_flex_equals_the_gather`,
   slow). GQA: a KV head's G query heads are passed as G query positions of that head, so K/V are never
   repeated and G need not be a power of two (flex decoding's GQA requires one; the Qwen2.5-0.5B shape has
-  G = 7).
+  G = 7). Compiled with a static batch, one kernel per batch bucket: only then does inductor use its decoding
+  kernel (`FlexAttention.__init__`).
 - `gather`: the rows' blocks copied into `(H_kv, B, W x block_size, D)`, then matmul-softmax-matmul in
   float32 with a length mask. Any device, no compiler; it reads each row's table width, so callers bucket W
   to the batch's longest row.
@@ -35,6 +36,9 @@ from enum import Enum
 import torch
 
 from ulorl.errors import check_choice
+
+
+FLEX_RECOMPILE_LIMIT = 128  # compiled flex kernels kept per process: batch buckets (36 for 512 rows), with room
 
 
 class TableBackend(str, Enum):
@@ -87,8 +91,17 @@ class FlexAttention:
     def __init__(self, compiled: bool) -> None:
         from torch.nn.attention.flex_attention import flex_attention
 
-        # dynamic=None: a second batch bucket recompiles once with a symbolic batch, instead of once per bucket
-        self.flex = torch.compile(flex_attention) if compiled else flex_attention
+        self.flex = flex_attention
+        if compiled:
+            # dynamic=False: one kernel per batch bucket. Inductor lowers flex attention with a short query to its
+            # decoding kernel only for a static batch; with a symbolic batch (what a second bucket gets under
+            # dynamic=None) it takes the main kernel, which needs KV blocks of 128 and failed on our 64 (H200,
+            # torch 2.11). Every bucket is a recompile, so dynamo's limit (8) is raised past the bucket count.
+            import torch._dynamo
+
+            cfg = torch._dynamo.config
+            cfg.recompile_limit = max(cfg.recompile_limit, FLEX_RECOMPILE_LIMIT)
+            self.flex = torch.compile(flex_attention, dynamic=False)
 
     def prepare(self, table: torch.Tensor, ctx: torch.Tensor, block_size: int, num_blocks: int, q_len: int
                 ) -> TableStep:
