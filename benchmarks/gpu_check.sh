@@ -1,28 +1,32 @@
 #!/usr/bin/env bash
-# GPU check: the torch engine's checks on CUDA, then a short UloRL training run on one NVIDIA GPU, on a small
-# Qwen3-architecture model created locally (random weights, nothing downloaded). Prints tokens/s and step time.
+# GPU check: the torch engine's figures on CUDA, on models created locally (random weights, nothing downloaded),
+# in at most ~8 minutes with the defaults, so that it fits a short loan twice. Every figure goes into
+# $OUT/gpu_check.json, which docs/scale.md quotes.
 #
 #   bash benchmarks/gpu_check.sh                          # ENGINE=torch (default): needs torch + transformers only
+#   TRAIN=1 bash benchmarks/gpu_check.sh                  # also the training runs (sync, then overlap: +6-10 min)
 #   ENGINE=vllm bash benchmarks/gpu_check.sh              # makes runs/gpu-venv, installs '.[vllm]' into it
 #   PYTHON=/path/to/python bash benchmarks/gpu_check.sh   # an environment with ulorl's dependencies
 #
-# ENGINE=torch (no network, no vLLM: what a lent GPU machine has): benchmarks/gpu_engine_check.py (log-probs
-# against the learner, 16 x 2,048 and 16 x 8,192 new tokens, segment rollout M = 1 vs M = 4; about 2-4 minutes),
-# then the training run with rollout.engine=torch. The package runs from this folder (PYTHONPATH), so the
-# machine's python needs ulorl's dependencies (torch, transformers, safetensors, pyyaml, tqdm, numpy,
-# math-verify, pyarrow). ENGINE=vllm needs network access to PyPI unless $PYTHON already imports vllm (vLLM
-# brings its own CUDA build of torch, several GB); its run (vLLM start-up with torch.compile and CUDA graphs, 6
-# training steps) takes about 3-5 minutes.
-# Knobs: ENGINE (torch), STEPS (6), RESPONSE_LEN (1024), DECODE_BATCH (512), GPU_MEM (0.3), OUT
-# (runs/gpu_check-<time>); DEVICE=cpu only for a dry run of this script (vllm: with a stand-in `vllm` module);
-# OVERLAP (1 with ENGINE=torch): the same run again with train.pipeline=overlap, the learner process on
+# ENGINE=torch (no network, no vLLM: what a lent GPU machine has), in this order, each part under a timeout:
+# (1b) benchmarks/gpu_paged_check.py, issue 26's figures: bandwidth, the decode paths side by side, segment
+#      rollout M = 1 and 4 at L = 16k, decode against the bandwidth floor, 128 rows at 16k, M = 2 and 8
+#      (PAGED_BUDGET 200 s for parts to start, PAGED_TIMEOUT 300 s; PAGED_PATHS);
+# (1)  benchmarks/gpu_engine_check.py: log-probs against the learner (printed first), 16 x 2,048 and 16 x 8,192
+#      new tokens, segment rollout M = 1 vs M = 4 at L = 4,096 (ENGINE_CHECK_TIMEOUT 90 s);
+# (2-4) with TRAIN=1: a 6-step training run with rollout.engine=torch, and again with train.pipeline=overlap;
+# (5)  configs/smollm2_math.yaml for SMOLLM2_STEPS steps when its model and data packages are here;
+# (6)  one 32k (and 64k) sample of the Qwen2.5-0.5B shape through the learner, peak memory against `ulorl plan`
+#      (LEARNER_LONG_TIMEOUT 75 s).
+# The package runs from this folder (PYTHONPATH), so the machine's python needs ulorl's dependencies (torch,
+# transformers, safetensors, pyyaml, tqdm, numpy; math-verify only for TRAIN=1). ENGINE=vllm (TRAIN=1 implied)
+# needs network access to PyPI unless $PYTHON already imports vllm (vLLM brings its own CUDA build of torch,
+# several GB); its run (vLLM start-up with torch.compile and CUDA graphs, 6 training steps) takes 3-5 minutes.
+# Knobs: ENGINE (torch), TRAIN (0; 1 with vllm), STEPS (6), RESPONSE_LEN (1024), DECODE_BATCH (512), GPU_MEM (0.3),
+# OUT (runs/gpu_check-<time>); DEVICE=cpu only for a dry run of this script (vllm: with a stand-in `vllm` module);
+# OVERLAP (1 with ENGINE=torch): the training run again with train.pipeline=overlap, the learner process on
 # LEARNER_DEVICE (default: DEVICE, colocated; cuda:1 on a machine with two GPUs), into $OUT/run_overlap.
-# Then (5.) configs/smollm2_math.yaml for SMOLLM2_STEPS steps on DEVICE when its model and data packages are here,
-# and (6.) one 32k (and 64k) sample of the Qwen2.5-0.5B shape through the learner, peak memory against `ulorl plan`.
-# (7.) the paged torch engine's figures: its decode paths side by side (flex / gather with CUDA graphs, flex eager,
-# split-K), decode against the bandwidth floor, 128 rows at 16k, segment rollout M=1-8.
-# Results: $OUT/gpu_engine_check.json, $OUT/run/metrics.jsonl, $OUT/gpu_check.json; copy the printed tables into
-# docs/scale.md.
+# Results: $OUT/gpu_check.json (also $OUT/gpu_engine_check.json, $OUT/gpu_paged_check.json, $OUT/run/metrics.jsonl).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -57,17 +61,17 @@ EOF
 mkdir -p "$OUT"
 # -- 1b. the paged torch engine's figures (issue 26; first, so that a short loan measures them) -------------
 # benchmarks/gpu_paged_check.py: device bandwidth; the engine's decode paths at 256 rows x 8k (flex and gather with
-# CUDA graphs, flex eager, split-K; the rest runs on the fastest); decode ms/iteration of the Qwen2.5-0.5B shape
-# (random bf16 weights) at 64 and 256 rows x 2k/8k/32k contexts next to the bandwidth floor; a Qwen3-1.7B-shaped
-# batch of 128 rows at 16k (long tail) in the pool that slots need for 25 rows; segment rollout M = 1, 4, 2, 8 on
-# 32 groups x 8 (L = 16k, mean length L/8), trained samples/s. Parts start within PAGED_BUDGET seconds (default 240; the JSON
-# is rewritten after each part, and PAGED_TIMEOUT, default 330 s, ends it). Into $OUT/gpu_check.json
-# ("paged_engine"), quoted by docs/scale.md. DEVICE=cpu: tiny shapes (a dry run). PAGED=0 skips it; PAGED_PATHS
-# picks the decode paths of the side-by-side (gpu_paged_check.py --paths).
+# CUDA graphs, flex eager, split-K, flex with graphs over 128-token blocks; the rest runs on the fastest); segment
+# rollout M = 1 and 4 on 32 groups x 8 (L = 16k, mean length L/8), trained samples/s; decode ms/iteration of the
+# Qwen2.5-0.5B shape (random bf16 weights) at 64 and 256 rows x 2k/8k/32k contexts next to the bandwidth floor; a
+# Qwen3-1.7B-shaped batch of 128 rows at 16k (long tail) in the pool that slots need for 25 rows; M = 2 and 8.
+# Parts start within PAGED_BUDGET seconds (default 200; the JSON is rewritten after each part, and PAGED_TIMEOUT,
+# default 300 s, ends it). Into $OUT/gpu_check.json ("paged_engine"), quoted by docs/scale.md. DEVICE=cpu: tiny
+# shapes (a dry run). PAGED=0 skips it; PAGED_PATHS picks the decode paths of the side-by-side (--paths).
 if [ "${PAGED:-1}" = 1 ]; then
 PAGED_QUICK=""; [ "$DEVICE" = cpu ] && PAGED_QUICK="--quick"
-timeout "${PAGED_TIMEOUT:-330}" "$PYTHON" benchmarks/gpu_paged_check.py --device "$DEVICE" $PAGED_QUICK \
-    --budget-s "${PAGED_BUDGET:-240}" --paths "${PAGED_PATHS:-flex+graphs,gather+graphs,flex,split_k}" \
+timeout "${PAGED_TIMEOUT:-300}" "$PYTHON" benchmarks/gpu_paged_check.py --device "$DEVICE" $PAGED_QUICK \
+    --budget-s "${PAGED_BUDGET:-200}" --paths "${PAGED_PATHS:-flex+graphs,flex+graphs@128,gather+graphs,flex,split_k}" \
     --out "$OUT/gpu_paged_check.json" > "$OUT/gpu_paged_check.log" 2>&1 \
     || FAILED="${FAILED:+$FAILED; }paged engine check (log: $OUT/gpu_paged_check.log)"
 grep -v '^{' "$OUT/gpu_paged_check.log" | tail -n 16 | cut -c1-400
@@ -85,10 +89,20 @@ fi
 QUICK=""; [ "$DEVICE" = cpu ] && QUICK="--quick"
 # a failure here is reported, and the training run still goes ahead (a lent machine's minutes are few): the
 # script's exit status says whether every part passed
-timeout "${ENGINE_CHECK_TIMEOUT:-240}" "$PYTHON" benchmarks/gpu_engine_check.py --device "$DEVICE" $QUICK \
+timeout "${ENGINE_CHECK_TIMEOUT:-90}" "$PYTHON" benchmarks/gpu_engine_check.py --device "$DEVICE" $QUICK \
     --out "$OUT/gpu_engine_check.json" > "$OUT/gpu_engine_check.log" 2>&1 \
     || FAILED="${FAILED:+$FAILED; }engine check (log: $OUT/gpu_engine_check.log)"
 tail -c 3000 "$OUT/gpu_engine_check.log"
+"$PYTHON" - "$OUT" <<'EOF'
+import json, sys
+from pathlib import Path
+out = Path(sys.argv[1])
+if (out / "gpu_engine_check.json").exists():  # written after each part: a timeout keeps what was measured
+    path = out / "gpu_check.json"
+    summary = json.loads(path.read_text()) if path.exists() else {}
+    summary["engine_check"] = json.loads((out / "gpu_engine_check.json").read_text())
+    path.write_text(json.dumps(summary, indent=1))
+EOF
 else
 # runs/gpu-venv sees the system's packages, so a machine with torch/vLLM preinstalled downloads only what is missing.
 if [ -z "${PYTHON:-}" ]; then
@@ -112,8 +126,9 @@ if sys.argv[1] == "cuda":
 EOF
 fi
 
-# TRAIN=0 skips blocks 2-4 (the training runs, ~4 minutes each on the first H200 run)
-if [ "${TRAIN:-1}" = 1 ]; then
+# TRAIN=1: blocks 2-4, the training runs (about 4 minutes each on the first H200 run); always with ENGINE=vllm
+TRAIN="${TRAIN:-$([ "$ENGINE" = vllm ] && echo 1 || echo 0)}"
+if [ "$TRAIN" = 1 ]; then
 # -- 2. a small model, made here ------------------------------------------------------------------------------
 # The built-in tiny model has head_dim 32; this one uses head_dim 64, which every vLLM attention backend supports.
 mkdir -p "$OUT"
@@ -265,7 +280,8 @@ fi
 # peak CUDA memory against `ulorl plan --memory`'s prediction into $OUT/gpu_check.json ("learner_long"; about
 # 1 minute). DEVICE=cpu: 2 layers, 256 and 512 tokens (the plumbing only). LEARNER_LONG=0 skips it.
 if [ "${LEARNER_LONG:-1}" = 1 ]; then
-timeout "${LEARNER_LONG_TIMEOUT:-150}" "$PYTHON" benchmarks/gpu_learner_long_check.py --device "$DEVICE" --out "$OUT/gpu_learner_long.json" \
+timeout "${LEARNER_LONG_TIMEOUT:-75}" "$PYTHON" benchmarks/gpu_learner_long_check.py --device "$DEVICE" \
+    --out "$OUT/gpu_learner_long.json" \
     > "$OUT/gpu_learner_long.log" 2>&1 || FAILED="${FAILED:+$FAILED; }learner_long (log: $OUT/gpu_learner_long.log)"
 tail -n 4 "$OUT/gpu_learner_long.log" | cut -c1-600
 "$PYTHON" - "$OUT" <<'EOF'

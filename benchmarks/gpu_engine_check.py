@@ -30,7 +30,7 @@ import time
 
 import torch
 
-from benchlib import emit, machine  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
+from benchlib import emit, machine, write_result  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
 
 def _sync(dev: torch.device) -> None:
@@ -155,13 +155,15 @@ def main() -> int:
     model.eval()
     lengths = (64, 256) if args.quick else (2048, 8192)
     L, target = (256, 32) if args.quick else (4096, 256)
-    ok = correctness(model, tok, dev)
+    result = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "quick": args.quick}
+    result["correctness"] = ok = correctness(model, tok, dev)
     print(f"log-probs against the learner: max abs difference {ok['max_abs_diff']:.2e} (contract 1e-5)",
           file=sys.stderr, flush=True)
-    result = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
-              "correctness": ok, "long_decode": long_decode(model, dev, lengths),
-              "segment_rollout": segment_rollout(model, tok, dev, L, target),
-              "machine": machine(), "elapsed_s": time.perf_counter() - t_start, "quick": args.quick}
+    write_result(result, args.out)  # after each part: a run cut short by a timeout keeps what it measured
+    result["long_decode"] = long_decode(model, dev, lengths)
+    write_result(result, args.out)
+    result["segment_rollout"] = segment_rollout(model, tok, dev, L, target)
+    result["machine"], result["elapsed_s"] = machine(), time.perf_counter() - t_start
     return emit(result, args.out)
 
 

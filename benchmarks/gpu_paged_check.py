@@ -9,9 +9,10 @@ time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
    256 rows x 8k through `varlen_attn` over shuffled 256-token pages against SDPA over contiguous K/V.
 1. `bandwidth`: the device's read bandwidth, `sum` over a 4 GiB bfloat16 tensor (median of 5).
 2. `decode_paths`: one decode point (256 rows x 8k) through every decode path of the torch engine, side by side
-   (`VARIANTS`: flex_attention and the gather, with CUDA graphs; flex without; the split-K plan of the CPU), so the
-   default (`rollout.torch.decode_attention=auto`: flex with graphs on CUDA) is chosen on a measurement; the
-   decode table and parts 3-4 run on the fastest path that ran (`decode_attention_used`).
+   (`VARIANT_NAMES`, `--paths`: flex_attention and the gather, with CUDA graphs; flex without; the split-K plan of
+   the CPU; flex with graphs over KV blocks of 128 tokens), so the default (`rollout.torch.decode_attention=auto`:
+   flex with graphs on CUDA, blocks of 64) is chosen on a measurement; the decode table and parts 3-4 run on the
+   fastest path that ran (`decode_attention_used`, `block_size_used`).
    `decode`: the Qwen2.5-0.5B shape (24 layers, hidden 896, 14 heads, 2 KV heads), 64 and 256 rows at contexts
    of 2k, 8k and 32k: ms per decode iteration (sampling included; rows set up in the pool directly, not
    prefilled), next to the floor (weight bytes + KV bytes read) / bandwidth. Target: <= 2x the floor at 256
@@ -174,21 +175,24 @@ def attention_paths(dev: torch.device, rows: int, ctx: int, page: int = 256) -> 
 
 
 ATTENTION = "auto"  # --decode-attention: the engine's decode path for parts 3 and 4
+BLOCK_SIZE = None  # the KV block size for parts 3 and 4: the fastest path's (None: the engine's default)
 # part 2's side-by-side at one point: every decode path, with and without CUDA graphs
 VARIANTS = [("flex", True), ("gather", True), ("flex", False), ("split_k", False)]
-VARIANT_NAMES = {f"{a}+graphs" if g else a: (a, g) for a, g in VARIANTS}  # --paths
+VARIANT_NAMES = {f"{a}+graphs" if g else a: (a, g, None) for a, g in VARIANTS}  # --paths
+VARIANT_NAMES["flex+graphs@128"] = ("flex", True, 128)  # KV blocks of 128 tokens (CUDA's default: 64)
 
 
-def engine_for(model, kv_gib: float, max_batch: int, attention: str | None = None, graphs: bool = True):
+def engine_for(model, kv_gib: float, max_batch: int, attention: str | None = None, graphs: bool = True,
+               block_size: int | None = None):
     from ulorl.rollout.engines.torch import TorchEngine
 
     eos = model.config.vocab_size - 1
     return TorchEngine(model, [eos], max_batch=max_batch, kv_cache_gib=kv_gib, decode_attention=attention or ATTENTION,
-                       cuda_graphs=graphs), eos
+                       cuda_graphs=graphs, block_size=block_size or BLOCK_SIZE), eos
 
 
 def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int, attention: str | None = None,
-              graphs: bool = True) -> dict:
+              graphs: bool = True, block_size: int | None = None) -> dict:
     """ms per decode iteration of `rows` rows whose contexts are `ctx` tokens (set up in the pool, not prefilled)
     through the decode path `attention` (the engine's default when None); the first 2 iterations (compilation,
     graph capture) are not timed."""
@@ -197,7 +201,7 @@ def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int, attenti
     bpt = model.config.num_hidden_layers * 2 * model.config.num_key_value_heads * \
         getattr(model.config, "head_dim", model.config.hidden_size // model.config.num_attention_heads) * 2
     tokens = rows * (ctx + iters + 64)
-    eng, eos = engine_for(model, tokens * bpt / GIB * 1.02 + 0.01, rows, attention, graphs)
+    eng, eos = engine_for(model, tokens * bpt / GIB * 1.02 + 0.01, rows, attention, graphs, block_size)
     cache, blocks = eng._pool_for(ctx + iters + 1)
     sched = eng.scheduler_cls(eng.runner, cache, blocks, eng.stats, [[1] * ctx for _ in range(rows)], iters + 8,
                               SamplingParams(temperature=1.0), 0, [eos], rows, 1, None, 0, eng.table)
@@ -223,19 +227,20 @@ def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int, attenti
     return {"rows": rows, "context": ctx, "ms_per_iteration": ms, "kv_bytes_read": kv_read, **path}
 
 
-def decode_variants(model, dev: torch.device, rows: int, ctx: int, iters: int, floor, variants=VARIANTS
+def decode_variants(model, dev: torch.device, rows: int, ctx: int, iters: int, floor,
+                    variants=tuple(VARIANT_NAMES.values())
                     ) -> list[dict]:
     """`decode_ms` through every path of `variants`; a path that fails here (a compiler, a kernel) is recorded."""
     out = []
-    for attention, graphs in variants:
+    for attention, graphs, block_size in variants:
         try:
-            r = decode_ms(model, dev, rows, ctx, iters, attention, graphs)
+            r = decode_ms(model, dev, rows, ctx, iters, attention, graphs, block_size)
             r["over_floor"] = r["ms_per_iteration"] / floor(r)
         except Exception as e:  # a finding, not a failure of the check
             r = {"rows": rows, "context": ctx, "decode_attention": attention, "graphs": graphs,
-                 "error": f"{type(e).__name__}: {str(e)[:400]}"}
+                 "block_size": block_size, "error": f"{type(e).__name__}: {str(e)[:300]} [...] {str(e)[-500:]}"}
         out.append(r)
-        print(f"decode path {attention} graphs={graphs} {rows} x {ctx}: "
+        print(f"decode path {attention} graphs={graphs} block {r.get('block_size')} {rows} x {ctx}: "
               f"{r.get('ms_per_iteration', r.get('error'))}", file=sys.stderr, flush=True)
         if dev.type == "cuda":
             torch.cuda.empty_cache()
@@ -318,7 +323,7 @@ def main() -> int:
     unknown = [v for v in args.paths.split(",") if v not in VARIANT_NAMES]
     if unknown:
         p.error(f"--paths: unknown {', '.join(unknown)}; expected some of {', '.join(VARIANT_NAMES)}")
-    global ATTENTION
+    global ATTENTION, BLOCK_SIZE
     ATTENTION = args.decode_attention
     dev = torch.device(args.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
@@ -351,8 +356,9 @@ def main() -> int:
                                                   floor, [VARIANT_NAMES[v] for v in args.paths.split(",")])
     ok = [r for r in paths if "ms_per_iteration" in r]
     if ATTENTION == "auto" and ok:  # the rest of the check runs on the fastest path that ran here (recorded)
-        ATTENTION = min(ok, key=lambda r: r["ms_per_iteration"])["decode_attention"]
-    res["decode_attention_used"] = ATTENTION
+        best = min(ok, key=lambda r: r["ms_per_iteration"])
+        ATTENTION, BLOCK_SIZE = best["decode_attention"], best["block_size"]
+    res["decode_attention_used"], res["block_size_used"] = ATTENTION, BLOCK_SIZE
     save()
     res["segment_rollout"] = {}
 

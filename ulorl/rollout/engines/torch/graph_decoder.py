@@ -62,6 +62,12 @@ def width_bucket(blocks: int) -> int:
     return 1 << max(blocks - 1, 0).bit_length()
 
 
+def _head_and_tail(text: str, head: int = 300, tail: int = 600) -> str:
+    """An error's first and last characters: a compiler's traceback names the failing kernel first and the cause
+    (out of shared memory, an unsupported shape) last."""
+    return text if len(text) <= head + tail else f"{text[:head]} [...] {text[-tail:]}"
+
+
 class TableDecoder:
     """Decode steps over block tables, padded to buckets, replayed from CUDA graphs in `cuda` mode."""
 
@@ -151,7 +157,7 @@ class TableDecoder:
             what, self.mode = "CUDA graphs -> eager steps", GraphMode.OFF
         else:
             return False
-        msg = f"torch engine decode: {what} after {type(error).__name__}: {str(error)[:300]}"
+        msg = f"torch engine decode: {what} after {type(error).__name__}: {_head_and_tail(str(error))}"
         warnings.warn(msg, stacklevel=3)
         self.fallbacks.append(msg)
         self._drop_graphs()
