@@ -109,7 +109,10 @@ def segment_rollout(model, tok, dev, L: int, target: int) -> dict:
         ro = SegmentRollout(eng, PromptSource(records, seed=0), SamplingParams(temperature=1.0), group_size=8,
                             decode_batch=128, max_response_len=L, num_segments=m, seed=0)
         pool, done, lengths, rounds, decoded = UnfinishedPool(), 0, [], 0, 0
+        t0 = time.perf_counter()
+        eng.warm_up(8 + L)  # every batch bucket compiled and captured first (as `reserve` does in a run)
         _sync(dev)
+        warm_s = time.perf_counter() - t0
         t0 = time.perf_counter()
         while done < target:
             res = ro.round(pool, rounds, rounds)
@@ -120,7 +123,7 @@ def segment_rollout(model, tok, dev, L: int, target: int) -> dict:
         _sync(dev)
         dt = time.perf_counter() - t0
         out[str(m)] = {"s_per_sample": dt / done, "decoded_tokens_per_s": decoded / dt, "samples": done,
-                       "rounds": rounds, "seconds": dt,
+                       "rounds": rounds, "seconds": dt, "warm_up_s": warm_s,
                        "mean_len": sum(lengths) / len(lengths), "max_len": max(lengths)}
         print(f"segment rollout M={m}: {1000 * dt / done:.1f} ms/sample over {done} samples, "
               f"{decoded / dt:.0f} decoded tokens/s", file=sys.stderr)

@@ -25,6 +25,9 @@ time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
    samples per second of rollout and decoded tokens/s. Target: M = 4 >= 1.6x M = 1. Seconds per sample leave
    out the work left in the unfinished pool (M > 1), which favours M = 1. Each round stands for a training
    step: continued rows are prefilled again every round (nothing is kept between rounds), as after an update.
+   Every batch bucket is compiled and captured before the clock starts (`TorchEngine.warm_up`, what `reserve`
+   does at a run's start; its seconds are `warm_up_s`): otherwise the first M measured pays every compilation
+   and the later ones none (the first H200 run: M = 1 met 13-20 buckets in one call).
 
 Parts run in the order 0, 1, `decode_paths`, 4 (M = 1 and 4: the headline), 2, 3, 4 (M = 2 and 8) within
 `--budget-s` (default 300 s): a part that would start after the budget
@@ -264,7 +267,10 @@ def slots_vs_paged(model, dev, rows: int, cap: int, segment: int, mean: float, s
     eng, eos = engine_for(model, slot_gib, rows)
     HazardEOS.install(eng, mean, eos)
     prefixes = [[5 + (i * 7 + j) % 400 for j in range(prompt)] for i in range(rows)]
+    t0 = time.perf_counter()
+    eng.warm_up(prompt + segment)  # every batch bucket compiled and captured (as `reserve` does in a run)
     sync(dev)
+    warm_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     outs = eng.generate(prefixes, segment, SamplingParams(temperature=1.0), seed=0)
     sync(dev)
@@ -273,7 +279,8 @@ def slots_vs_paged(model, dev, rows: int, cap: int, segment: int, mean: float, s
             "pool_gib": slot_gib, "slots_needed_gib": rows * (prompt + cap) * bpt / GIB,
             "peak_kv_gib": x.get("peak_blocks", 0) * eng.cache.block_bytes / GIB,
             "live_tokens_at_peak": x.get("live_tokens_at_peak", 0), "preemptions": x.get("preemptions", 0),
-            "finished_in_segment": sum(o.eos for o in outs), "seconds": time.perf_counter() - t0}
+            "finished_in_segment": sum(o.eos for o in outs), "seconds": time.perf_counter() - t0,
+            "warm_up_s": warm_s}
 
 
 def segment_rollout(model, dev, m: int, L: int, groups: int, target: int) -> dict:
@@ -293,7 +300,10 @@ def segment_rollout(model, dev, m: int, L: int, groups: int, target: int) -> dic
     ro = SegmentRollout(eng, PromptSource(records, seed=0), SamplingParams(temperature=1.0), group_size=8,
                         decode_batch=groups * 8, max_response_len=L, num_segments=m, seed=0)
     pool, done, lengths, rounds, decoded = UnfinishedPool(), 0, [], 0, 0
+    t0 = time.perf_counter()
+    eng.warm_up(64 + L)  # every batch bucket compiled and captured first (as `reserve` does in a run): not timed
     sync(dev)
+    warm_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     while done < target:
         res = ro.round(pool, rounds, rounds)
@@ -306,7 +316,8 @@ def segment_rollout(model, dev, m: int, L: int, groups: int, target: int) -> dic
     dt = time.perf_counter() - t0
     return {"M": m, "samples": done, "seconds": dt, "samples_per_s": done / dt, "decoded_tokens_per_s": decoded / dt,
             "rounds": rounds, "mean_len": sum(lengths) / len(lengths), "max_len": max(lengths),
-            "preemptions": eng.stats.extra.get("preemptions", 0)}
+            "preemptions": eng.stats.extra.get("preemptions", 0), "warm_up_s": warm_s,
+            "fallbacks": eng.table.fallbacks if eng.table else []}
 
 
 def main() -> int:

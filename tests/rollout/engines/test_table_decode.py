@@ -58,7 +58,8 @@ def test_table_attention_equals_a_per_row_loop(name):
 
 
 def test_buckets_by_hand():
-    assert batch_buckets(256)[:7] == [1, 2, 4, 8, 16, 32, 48] and batch_buckets(256)[-1] == 256
+    assert batch_buckets(256) == [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 128, 192, 256]
+    assert batch_buckets(100) == [1, 2, 4, 8, 16, 24, 32, 48, 64, 96, 100]
     assert batch_buckets(5) == [1, 2, 4, 5]  # max_batch itself is always a bucket
     assert batch_buckets(1) == [1]
     assert [bucket(n, [1, 2, 4, 5]) for n in (1, 2, 3, 5)] == [1, 2, 4, 5]
@@ -92,6 +93,30 @@ def test_table_decode_gives_the_split_k_output(shaken, mode, graphs):
         assert torch.allclose(torch.tensor(x.logprobs), torch.tensor(y.logprobs), atol=1e-4, rtol=0)
     if graphs is GraphMode.EMULATE:
         assert eng.table.replays > 20 and len(eng.table.graphs) >= 1  # steps replayed from captured shapes
+
+
+def test_warm_up_runs_every_bucket_once_and_changes_no_output(shaken):
+    """`warm_up` (what `reserve` does on CUDA) runs every batch bucket's step with padding rows only: afterwards a
+    call of the same capacity captures nothing new, replays from the start, and samples what a cold engine does
+    (padding rows wrote only the scratch block, so the pool's blocks hold nothing stale)."""
+    eos = list(range(400, 450))
+    prefixes = _prefixes(9)
+    params = SamplingParams(temperature=0.7)
+    kw = dict(max_batch=6, block_size=4, kv_cache_gib=_gib(64, 4))
+    cold = _engine(shaken, eos, "flex", GraphMode.EMULATE, **kw)
+    ref = cold.generate(prefixes, 30, params, seed=1)
+    warm = _engine(shaken, eos, "flex", GraphMode.EMULATE, **kw)
+    seen = []
+    capacity = max(len(p) for p in prefixes) + 30
+    assert warm.warm_up(capacity, progress=lambda done, total: seen.append((done, total))) == 4
+    assert seen == [(1, 4), (2, 4), (3, 4), (4, 4)]  # buckets 1, 2, 4, 6
+    assert sorted(r for r, _ in warm.table.graphs) == [1, 2, 4, 6]
+    captured = dict(warm.table.graphs)
+    out = warm.generate(prefixes, 30, params, seed=1)
+    assert warm.table.graphs == captured  # every shape the call met was captured by the warm-up
+    assert [o.tokens for o in out] == [o.tokens for o in ref]
+    assert [o.logprobs for o in out] == [o.logprobs for o in ref]
+    assert TorchEngine(shaken, eos, **kw).warm_up(capacity) == 0  # split-K (the CPU default): nothing to warm
 
 
 @pytest.mark.parametrize("mode", ["gather", "flex"])

@@ -105,6 +105,22 @@ class TorchEngine:
         grow, and more rows than fit at once wait or are preempted."""
         del slots
         self._pool_for(capacity)
+        if self.graph_mode is GraphMode.CUDA:  # compile and capture every batch bucket now, not mid-rollout
+            self.warm_up(capacity)
+
+    @torch.no_grad()
+    def warm_up(self, capacity: int, progress: Callable[[int, int], None] | None = None) -> int:
+        """Run every batch bucket's fixed-shape decode step once (compiled kernels, captured graphs) for calls of up
+        to `capacity` tokens per row; nothing on the split-K path. Returns the number of buckets run."""
+        _, blocks = self._pool_for(capacity)
+        if self.table is None:
+            return 0
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            return self.table.warm_up(blocks.blocks_for(capacity), progress)
+        finally:
+            self.model.train(was_training)
 
     def _pool_for(self, tokens: int) -> tuple[PagedKVCache, BlockManager]:
         shape = self.runner.kv_shape()

@@ -44,9 +44,15 @@ class GraphMode(str, Enum):
 
 
 def batch_buckets(max_batch: int) -> list[int]:
-    """The padded batch sizes: 1, 2, 4, 8, 16, 32, 48, ... up to `max_batch` (always included)."""
-    sizes = [b for b in (1, 2, 4, 8) if b < max_batch] + list(range(16, max_batch, 16))
-    return sorted(set(sizes + [max_batch]))
+    """The padded batch sizes: 1, 2, 4, 8, 16, then 1.5x and 2x of each power of two (24, 32, 48, 64, 96, ...), up
+    to `max_batch` (always included). Each bucket is a compiled kernel and a captured graph (a few seconds each
+    on an H200), so they grow geometrically: 13 for 256 rows. A padding row costs its share of the matrix
+    products and one position of attention, little next to reading the weights and the live rows' K/V."""
+    sizes, p = [1, 2, 4, 8], 16
+    while p < max_batch:
+        sizes += [p, p * 3 // 2]
+        p *= 2
+    return sorted({b for b in sizes if b < max_batch} | {max_batch})
 
 
 def bucket(n: int, sizes: list[int]) -> int:
@@ -147,6 +153,34 @@ class TableDecoder:
                     raise
         self._shapes_ok.add((rows, width))
         return out[:n]
+
+    def warm_up(self, capacity_blocks: int, progress=None) -> int:
+        """Run (compile, capture) every batch bucket's step once, for calls of up to `capacity_blocks` blocks per
+        row, so that a timed or long call pays no compilation: as vLLM captures its graphs at start. Every row is
+        a padding row (token 0 at position 0, its K/V into the scratch block), so the pool's blocks are untouched.
+        `progress(done, total)` after each bucket. Returns the number of buckets run."""
+        width = self.width_for(capacity_blocks, capacity_blocks)
+        if width > self._width:
+            self._alloc(self.buckets[-1], width)
+        bs, scratch = self.cache.block_size, self.cache.scratch
+        for done, rows in enumerate(self.buckets, 1):
+            self.tokens[:rows].zero_()
+            self.pos[:rows].zero_()
+            self.slot[:rows].fill_(scratch * bs)
+            self.ctx[:rows].fill_(1)
+            self.table[:rows, :width].fill_(scratch)
+            if (rows, width) not in self._shapes_ok:
+                while True:
+                    try:
+                        self._run(rows, width)
+                        break
+                    except Exception as e:  # as in `decode`: a slower path for a shape that fails first time
+                        if not self._fall_back(e):
+                            raise
+                self._shapes_ok.add((rows, width))
+            if progress is not None:
+                progress(done, len(self.buckets))
+        return len(self.buckets)  # (`decode` copies its rows' tables from the host copy, which this leaves alone)
 
     def _fall_back(self, error: Exception) -> bool:
         """After `error` on a shape's first step: flex -> gather, then CUDA graphs -> eager; False when nothing
