@@ -61,17 +61,18 @@ EOF
 mkdir -p "$OUT"
 # -- 1b. the paged torch engine's figures (issue 26; first, so that a short loan measures them) -------------
 # benchmarks/gpu_paged_check.py: device bandwidth; the engine's decode paths at 256 rows x 8k (flex and gather with
-# CUDA graphs, flex eager, split-K, flex with graphs over 128-token blocks; the rest runs on the fastest); segment
-# rollout M = 1 and 4 on 32 groups x 8 (L = 16k, mean length L/8), trained samples/s; decode ms/iteration of the
-# Qwen2.5-0.5B shape (random bf16 weights) at 64 and 256 rows x 2k/8k/32k contexts next to the bandwidth floor; a
-# Qwen3-1.7B-shaped batch of 128 rows at 16k (long tail) in the pool that slots need for 25 rows; M = 2 and 8.
+# CUDA graphs, flex eager, split-K, flex over 128-token blocks, with full blocks, with other Triton settings; the
+# rest runs on the fastest); segment rollout M = 1 and 4 on 32 groups x 8 (L = 16k, mean length L/8), trained
+# samples/s; decode ms/iteration of the Qwen2.5-0.5B shape (random bf16 weights) at 64 and 256 rows x 2k/8k/32k
+# contexts next to the bandwidth floor; a Qwen3-1.7B-shaped batch of 128 rows at 16k (long tail) in the pool that
+# slots need for 25 rows; M = 2 and 8.
 # Parts start within PAGED_BUDGET seconds (default 200; the JSON is rewritten after each part, and PAGED_TIMEOUT,
 # default 300 s, ends it). Into $OUT/gpu_check.json ("paged_engine"), quoted by docs/scale.md. DEVICE=cpu: tiny
 # shapes (a dry run). PAGED=0 skips it; PAGED_PATHS picks the decode paths of the side-by-side (--paths).
 if [ "${PAGED:-1}" = 1 ]; then
 PAGED_QUICK=""; [ "$DEVICE" = cpu ] && PAGED_QUICK="--quick"
 timeout "${PAGED_TIMEOUT:-300}" "$PYTHON" benchmarks/gpu_paged_check.py --device "$DEVICE" $PAGED_QUICK \
-    --budget-s "${PAGED_BUDGET:-200}" --paths "${PAGED_PATHS:-flex+graphs,flex+graphs@128,gather+graphs,flex,split_k}" \
+    --budget-s "${PAGED_BUDGET:-200}" ${PAGED_PATHS:+--paths "$PAGED_PATHS"} \
     --out "$OUT/gpu_paged_check.json" > "$OUT/gpu_paged_check.log" 2>&1 \
     || FAILED="${FAILED:+$FAILED; }paged engine check (log: $OUT/gpu_paged_check.log)"
 grep -v '^{' "$OUT/gpu_paged_check.log" | tail -n 16 | cut -c1-400

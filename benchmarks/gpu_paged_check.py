@@ -10,9 +10,10 @@ time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
 1. `bandwidth`: the device's read bandwidth, `sum` over a 4 GiB bfloat16 tensor (median of 5).
 2. `decode_paths`: one decode point (256 rows x 8k) through every decode path of the torch engine, side by side
    (`VARIANT_NAMES`, `--paths`: flex_attention and the gather, with CUDA graphs; flex without; the split-K plan of
-   the CPU; flex with graphs over KV blocks of 128 tokens), so the default (`rollout.torch.decode_attention=auto`:
-   flex with graphs on CUDA, blocks of 64) is chosen on a measurement; the decode table and parts 3-4 run on the
-   fastest path that ran (`decode_attention_used`, `block_size_used`).
+   the CPU; flex with graphs over KV blocks of 128 tokens, with full blocks, with other Triton settings), so the
+   default (`rollout.torch.decode_attention=auto`: flex with graphs on CUDA, blocks of 64, inductor's settings)
+   is chosen on a measurement; the decode table and parts 3-4 run on the fastest path that ran
+   (`decode_attention_used`, `block_size_used`, `flex_used`).
    `decode`: the Qwen2.5-0.5B shape (24 layers, hidden 896, 14 heads, 2 KV heads), 64 and 256 rows at contexts
    of 2k, 8k and 32k: ms per decode iteration (sampling included; rows set up in the pool directly, not
    prefilled), next to the floor (weight bytes + KV bytes read) / bandwidth. Target: <= 2x the floor at 256
@@ -179,23 +180,39 @@ def attention_paths(dev: torch.device, rows: int, ctx: int, page: int = 256) -> 
 
 ATTENTION = "auto"  # --decode-attention: the engine's decode path for parts 3 and 4
 BLOCK_SIZE = None  # the KV block size for parts 3 and 4: the fastest path's (None: the engine's default)
+FLEX: dict = {}  # the flex options for parts 3 and 4 (TorchEngine's `flex`): the fastest path's
 # part 2's side-by-side at one point: every decode path, with and without CUDA graphs
-VARIANTS = [("flex", True), ("gather", True), ("flex", False), ("split_k", False)]
-VARIANT_NAMES = {f"{a}+graphs" if g else a: (a, g, None) for a, g in VARIANTS}  # --paths
-VARIANT_NAMES["flex+graphs@128"] = ("flex", True, 128)  # KV blocks of 128 tokens (CUDA's default: 64)
+# --paths: name -> (decode attention, CUDA graphs, KV block size (None: the engine's), flex options)
+VARIANT_NAMES = {
+    "flex+graphs": ("flex", True, None, {}),
+    "gather+graphs": ("gather", True, None, {}),
+    "flex": ("flex", False, None, {}),
+    "split_k": ("split_k", False, None, {}),
+    "flex+graphs@128": ("flex", True, 128, {}),  # KV blocks of 128 tokens (CUDA's default: 64)
+    "flex+graphs+full": ("flex", True, None, {"full_blocks": True}),  # the mask on each row's last block only
+    # inductor's flex decoding config on sm_90 is BLOCK_N 64, 1 stage, 2 warps (torch 2.11-2.13: its sm_90
+    # choice of 3 stages is overwritten by the next `if`); pipelined loads and more warps per row:
+    "flex+graphs+stages3": ("flex", True, None, {"kernel_options": {"num_stages": 3}}),
+    "flex+graphs+stages3w4": ("flex", True, None, {"kernel_options": {"num_stages": 3, "num_warps": 4}}),
+    # 256 rows x 2 KV heads outnumber the 132 SMs, so inductor does not split a row's blocks (SPLIT_KV 1)
+    "flex+graphs+split4": ("flex", True, None, {"kernel_options": {"SPLIT_KV": 4}}),
+}
+DEFAULT_PATHS = ("flex+graphs", "flex+graphs+full", "flex+graphs+stages3", "flex+graphs+stages3w4",
+                 "flex+graphs+split4", "flex+graphs@128", "gather+graphs", "flex", "split_k")
 
 
 def engine_for(model, kv_gib: float, max_batch: int, attention: str | None = None, graphs: bool = True,
-               block_size: int | None = None):
+               block_size: int | None = None, flex: dict | None = None):
     from ulorl.rollout.engines.torch import TorchEngine
 
     eos = model.config.vocab_size - 1
     return TorchEngine(model, [eos], max_batch=max_batch, kv_cache_gib=kv_gib, decode_attention=attention or ATTENTION,
-                       cuda_graphs=graphs, block_size=block_size or BLOCK_SIZE), eos
+                       cuda_graphs=graphs, block_size=block_size or BLOCK_SIZE,
+                       flex=FLEX if flex is None else flex), eos
 
 
 def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int, attention: str | None = None,
-              graphs: bool = True, block_size: int | None = None) -> dict:
+              graphs: bool = True, block_size: int | None = None, flex: dict | None = None) -> dict:
     """ms per decode iteration of `rows` rows whose contexts are `ctx` tokens (set up in the pool, not prefilled)
     through the decode path `attention` (the engine's default when None); the first 2 iterations (compilation,
     graph capture) are not timed."""
@@ -204,7 +221,7 @@ def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int, attenti
     bpt = model.config.num_hidden_layers * 2 * model.config.num_key_value_heads * \
         getattr(model.config, "head_dim", model.config.hidden_size // model.config.num_attention_heads) * 2
     tokens = rows * (ctx + iters + 64)
-    eng, eos = engine_for(model, tokens * bpt / GIB * 1.02 + 0.01, rows, attention, graphs, block_size)
+    eng, eos = engine_for(model, tokens * bpt / GIB * 1.02 + 0.01, rows, attention, graphs, block_size, flex)
     cache, blocks = eng._pool_for(ctx + iters + 1)
     sched = eng.scheduler_cls(eng.runner, cache, blocks, eng.stats, [[1] * ctx for _ in range(rows)], iters + 8,
                               SamplingParams(temperature=1.0), 0, [eos], rows, 1, None, 0, eng.table)
@@ -224,26 +241,28 @@ def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int, attenti
     mean_ctx = ctx + 2 + iters / 2
     kv_read = rows * mean_ctx * bpt
     path = {"decode_attention": eng.decode_attention.value, "graphs": eng.graph_mode.value,
-            "block_size": eng.block_size, "graphs_captured": len(eng.table.graphs) if eng.table else 0,
+            "block_size": eng.block_size, "flex": eng.flex, "graphs_captured": len(eng.table.graphs) if eng.table else 0,
             "fallbacks": eng.table.fallbacks if eng.table else []}
     del sched, eng, cache, blocks
     return {"rows": rows, "context": ctx, "ms_per_iteration": ms, "kv_bytes_read": kv_read, **path}
 
 
 def decode_variants(model, dev: torch.device, rows: int, ctx: int, iters: int, floor,
-                    variants=tuple(VARIANT_NAMES.values())
-                    ) -> list[dict]:
-    """`decode_ms` through every path of `variants`; a path that fails here (a compiler, a kernel) is recorded."""
+                    names=DEFAULT_PATHS) -> list[dict]:
+    """`decode_ms` through every path of `names` (`VARIANT_NAMES`); a path that fails here (a compiler, a
+    kernel) is recorded."""
     out = []
-    for attention, graphs, block_size in variants:
+    for name in names:
+        attention, graphs, block_size, flex = VARIANT_NAMES[name]
         try:
-            r = decode_ms(model, dev, rows, ctx, iters, attention, graphs, block_size)
+            r = decode_ms(model, dev, rows, ctx, iters, attention, graphs, block_size, flex)
+            r["path"] = name
             r["over_floor"] = r["ms_per_iteration"] / floor(r)
         except Exception as e:  # a finding, not a failure of the check
-            r = {"rows": rows, "context": ctx, "decode_attention": attention, "graphs": graphs,
+            r = {"path": name, "rows": rows, "context": ctx, "decode_attention": attention, "graphs": graphs,
                  "block_size": block_size, "error": f"{type(e).__name__}: {str(e)[:300]} [...] {str(e)[-500:]}"}
         out.append(r)
-        print(f"decode path {attention} graphs={graphs} block {r.get('block_size')} {rows} x {ctx}: "
+        print(f"decode path {name} {rows} x {ctx}: "
               f"{r.get('ms_per_iteration', r.get('error'))}", file=sys.stderr, flush=True)
         if dev.type == "cuda":
             torch.cuda.empty_cache()
@@ -328,13 +347,13 @@ def main() -> int:
     p.add_argument("--out", default=None)
     p.add_argument("--decode-attention", default="auto", help="the engine's decode path for the decode table and "
                    "parts 3-4: auto (the fastest of decode_paths) | flex | gather | split_k")
-    p.add_argument("--paths", default=",".join(VARIANT_NAMES),
+    p.add_argument("--paths", default=",".join(DEFAULT_PATHS),
                    help=f"decode_paths' side-by-side, comma-separated from {', '.join(VARIANT_NAMES)}")
     args = p.parse_args()
     unknown = [v for v in args.paths.split(",") if v not in VARIANT_NAMES]
     if unknown:
         p.error(f"--paths: unknown {', '.join(unknown)}; expected some of {', '.join(VARIANT_NAMES)}")
-    global ATTENTION, BLOCK_SIZE
+    global ATTENTION, BLOCK_SIZE, FLEX
     ATTENTION = args.decode_attention
     dev = torch.device(args.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
@@ -364,12 +383,12 @@ def main() -> int:
     wb = weight_bytes(small)
     floor = lambda r: (wb + r["kv_bytes_read"]) / bw["bytes_per_s"] * 1000  # noqa: E731
     res["decode_paths"] = paths = decode_variants(small, dev, 4 if q else 256, 256 if q else 8192, 4 if q else 10,
-                                                  floor, [VARIANT_NAMES[v] for v in args.paths.split(",")])
+                                                  floor, args.paths.split(","))
     ok = [r for r in paths if "ms_per_iteration" in r]
     if ATTENTION == "auto" and ok:  # the rest of the check runs on the fastest path that ran here (recorded)
         best = min(ok, key=lambda r: r["ms_per_iteration"])
-        ATTENTION, BLOCK_SIZE = best["decode_attention"], best["block_size"]
-    res["decode_attention_used"], res["block_size_used"] = ATTENTION, BLOCK_SIZE
+        ATTENTION, BLOCK_SIZE, FLEX = best["decode_attention"], best["block_size"], best["flex"]
+    res["decode_attention_used"], res["block_size_used"], res["flex_used"] = ATTENTION, BLOCK_SIZE, FLEX
     save()
     res["segment_rollout"] = {}
 

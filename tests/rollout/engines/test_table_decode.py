@@ -181,15 +181,16 @@ def test_a_kernel_that_fails_on_a_new_shape_falls_back_to_the_gather(shaken, mon
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("g++") is None, reason="torch.compile on CPU needs a C++ compiler")
-def test_compiled_flex_equals_the_gather():
+@pytest.mark.parametrize("full_blocks", [False, True])
+def test_compiled_flex_equals_the_gather(full_blocks):
     """The flex construction through torch.compile (the CPU backend here; Triton on CUDA): the compiled kernel has
     requirements the eager reference does not check (the mask's KV extent must cover the pool). Two batch sizes:
     the second compiles a kernel of its own (a static batch). G = 7 query heads per KV head, as the Qwen2.5-0.5B
-    shape."""
+    shape. `full_blocks`: every block but a row's last skips the mask, which only the compiled kernel honours."""
     torch.manual_seed(0)
     h_kv, g, d, bs, nb = 2, 7, 16, 16, 40
     k_tok, v_tok = torch.randn(h_kv, (nb + 1) * bs, d), torch.randn(h_kv, (nb + 1) * bs, d)
-    flex, gather = table_backend("flex", compiled=True), table_backend("gather")
+    flex, gather = table_backend("flex", compiled=True, flex={"full_blocks": full_blocks}), table_backend("gather")
     for rows in (4, 2):
         tables = [[(5 * i + j) % nb for j in range(1 + i % 4)] for i in range(rows)]
         ctx = torch.tensor([len(t) * bs - i % 5 for i, t in enumerate(tables)])

@@ -63,7 +63,9 @@ class TorchEngine:
 
     def __init__(self, model, eos_ids: list[int], max_batch: int = 256, kv_cache_gib: float = 4.0,
                  prefill_tokens: int = 16384, block_size: int | None = None, dtype: torch.dtype | None = None,
-                 decode_attention: str = "auto", cuda_graphs: bool = True) -> None:
+                 decode_attention: str = "auto", cuda_graphs: bool = True, flex: dict | None = None) -> None:
+        """`flex`: options of the flex decode path (`table_attention.FlexAttention`: `kernel_options`,
+        `full_blocks`), for tuning on a GPU (`benchmarks/gpu_paged_check.py` compares them)."""
         if not eos_ids:
             raise ValueError("the torch engine needs at least one EOS token id")
         if max_batch < 1 or prefill_tokens < 1 or not kv_cache_gib > 0 or (block_size is not None and block_size < 1):
@@ -91,6 +93,7 @@ class TorchEngine:
         self.blocks: BlockManager | None = None
         self.table: TableDecoder | None = None
         self.kept = KeptRows()
+        self.flex = dict(flex or {})
 
     @property
     def dtype(self) -> torch.dtype:
@@ -137,7 +140,7 @@ class TorchEngine:
             self.table = None
             self.kept = KeptRows()  # kept rows lived in the old pool
             if self.decode_attention is not DecodeAttention.SPLIT_K:  # graphs hold the pool's addresses: per pool
-                backend = table_backend(self.decode_attention.value, compiled=dev.type == "cuda")
+                backend = table_backend(self.decode_attention.value, compiled=dev.type == "cuda", flex=self.flex)
                 self.table = TableDecoder(self.runner, self.cache, backend, self.max_batch, self.graph_mode.value)
         return self.cache, self.blocks
 

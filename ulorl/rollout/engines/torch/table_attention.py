@@ -88,9 +88,14 @@ class FlexAttention:
 
     fixed_width = True  # the kernel loops over each row's own block count; W only sizes the index tensor
 
-    def __init__(self, compiled: bool) -> None:
+    def __init__(self, compiled: bool, kernel_options: dict | None = None, full_blocks: bool = False) -> None:
+        """`kernel_options`: passed to flex_attention (Triton's `num_stages`, `num_warps`, `BLOCK_N`, `SPLIT_KV`;
+        None: inductor's choice). `full_blocks`: a row's blocks before its last are given as full blocks, which
+        the compiled kernel reads without evaluating the mask (the eager reference evaluates it everywhere)."""
         from torch.nn.attention.flex_attention import flex_attention
 
+        self.kernel_options = dict(kernel_options) if kernel_options else None
+        self.full_blocks = full_blocks
         self.flex = flex_attention
         if compiled:
             # dynamic=False: one kernel per batch bucket. Inductor lowers flex attention with a short query to its
@@ -123,8 +128,18 @@ class FlexAttention:
         # the compiled kernel asks the mask's KV extent (index columns x block size) to cover the KV length, the
         # whole pool: the table's columns, then zeros that the per-row block counts never reach
         kv_indices = torch.zeros((b, 1, 1, num_blocks), dtype=torch.int32, device=table.device)
-        kv_indices[:, 0, 0, :w] = table
-        mask = BlockMask.from_kv_blocks(nblk.to(torch.int32)[:, None, None], kv_indices,
+        full = None
+        if self.full_blocks:  # blocks 0 .. nblk-2 hold positions < ctx only; the last one is masked
+            last = (nblk - 1).clamp(min=0)
+            kv_indices[:, 0, 0, 0] = table.gather(1, last[:, None])[:, 0]
+            full_indices = torch.zeros_like(kv_indices)
+            full_indices[:, 0, 0, :w] = table
+            full = (last.to(torch.int32)[:, None, None], full_indices)
+            partial = torch.ones((b, 1, 1), dtype=torch.int32, device=table.device)
+        else:
+            kv_indices[:, 0, 0, :w] = table
+            partial = nblk.to(torch.int32)[:, None, None]
+        mask = BlockMask.from_kv_blocks(partial, kv_indices, *(full or (None, None)),
                                         BLOCK_SIZE=(128, block_size), mask_mod=mask_mod,
                                         seq_lengths=(q_len, num_blocks * block_size), compute_q_blocks=False)
         return TableStep(table, ctx, mask)
@@ -132,10 +147,12 @@ class FlexAttention:
     def attend(self, q: torch.Tensor, k_tokens: torch.Tensor, v_tokens: torch.Tensor, step: TableStep,
                scale: float) -> torch.Tensor:
         """q `(B, H_kv, G, D)`: the G query heads of a KV head are its G query positions -> `(B, H_kv, G, D)`."""
-        return self.flex(q, k_tokens[None], v_tokens[None], block_mask=step.extra, scale=scale)
+        return self.flex(q, k_tokens[None], v_tokens[None], block_mask=step.extra, scale=scale,
+                         kernel_options=self.kernel_options)
 
 
-def table_backend(name: str, compiled: bool = False):
-    """The backend `name` (a `TableBackend` value); `compiled`: torch.compile where the backend has a kernel."""
+def table_backend(name: str, compiled: bool = False, flex: dict | None = None):
+    """The backend `name` (a `TableBackend` value); `compiled`: torch.compile where the backend has a kernel;
+    `flex`: `FlexAttention`'s keyword arguments (`kernel_options`, `full_blocks`)."""
     check_choice("rollout.torch.decode_attention", name, TableBackend)
-    return FlexAttention(compiled) if TableBackend(name) is TableBackend.FLEX else GatherAttention()
+    return FlexAttention(compiled, **(flex or {})) if TableBackend(name) is TableBackend.FLEX else GatherAttention()
