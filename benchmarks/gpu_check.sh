@@ -60,9 +60,9 @@ if sys.argv[1] == "cuda" and not torch.cuda.is_available():
 EOF
 mkdir -p "$OUT"
 # -- 1b. the paged torch engine's figures (issue 26; first, so that a short loan measures them) -------------
-# benchmarks/gpu_paged_check.py: device bandwidth; the engine's decode paths at 256 rows x 8k (flex and gather with
-# CUDA graphs, flex eager, split-K, flex over 128-token blocks, with full blocks, with other Triton settings; the
-# rest runs on the fastest); segment rollout M = 1 and 4 on 32 groups x 8 (L = 16k, mean length L/8), trained
+# benchmarks/gpu_paged_check.py: device bandwidth; the flex decode path at 256 rows x 8k with CUDA graphs and its
+# settings side by side (full blocks, Triton stages / warps / SPLIT_KV, 128-token blocks; the rest runs on the
+# fastest); segment rollout M = 1 and 4 on 32 groups x 8 (L = 16k, mean length L/8), trained
 # samples/s; decode ms/iteration of the Qwen2.5-0.5B shape (random bf16 weights) at 64 and 256 rows x 2k/8k/32k
 # contexts next to the bandwidth floor; a Qwen3-1.7B-shaped batch of 128 rows at 16k (long tail) in the pool that
 # slots need for 25 rows; M = 2 and 8.

@@ -197,8 +197,10 @@ VARIANT_NAMES = {
     # 256 rows x 2 KV heads outnumber the 132 SMs, so inductor does not split a row's blocks (SPLIT_KV 1)
     "flex+graphs+split4": ("flex", True, None, {"kernel_options": {"SPLIT_KV": 4}}),
 }
+# the default side-by-side: flex's settings (gather+graphs, flex eager and split_k measured 147, 21.8 and 98 ms
+# against flex+graphs' 17.7 ms on an H200, docs/scale.md; `--paths` runs them again)
 DEFAULT_PATHS = ("flex+graphs", "flex+graphs+full", "flex+graphs+stages3", "flex+graphs+stages3w4",
-                 "flex+graphs+split4", "flex+graphs@128", "gather+graphs", "flex", "split_k")
+                 "flex+graphs+split4", "flex+graphs@128")
 
 
 def engine_for(model, kv_gib: float, max_batch: int, attention: str | None = None, graphs: bool = True,
