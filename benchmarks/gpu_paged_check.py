@@ -41,6 +41,7 @@ keeps what it measured. `--quick`: tiny shapes and lengths, a dry run of the scr
 from __future__ import annotations
 
 import argparse
+import gc
 import statistics
 import sys
 import time
@@ -272,7 +273,12 @@ def decode_variants(model, dev: torch.device, rows: int, ctx: int, iters: int, f
 
 
 def free_bytes(dev: torch.device) -> int:
+    """Free device memory, after the last part's engine (its pool) is collected and the allocator's cache is
+    emptied: otherwise the cached pool makes the next part's pool smaller, a different shape for every compiled
+    kernel (which are per pool size), and all of them are compiled again."""
     if dev.type == "cuda":
+        gc.collect()
+        torch.cuda.empty_cache()
         return torch.cuda.mem_get_info(dev)[0]
     return 8 * GIB
 
