@@ -26,6 +26,8 @@ parameters when `dtype` is the model's (shared with the learner without a copy),
 from __future__ import annotations
 
 import copy
+import logging
+import time
 import warnings
 from collections.abc import Callable
 
@@ -42,8 +44,10 @@ from ulorl.rollout.engines.torch.runner import ModelRunner
 from ulorl.rollout.engines.torch.scheduler import Scheduler
 from ulorl.rollout.engines.torch.table_attention import table_backend
 
+log = logging.getLogger(__name__)  # under `ulorl.rollout`, whose INFO lines a run prints (`run/console.py`)
+
 # measured fastest on CPU (docs/benchmarks.md); on CUDA the fixed-shape path that CUDA graphs capture, flex as the
-# library kernel that reads blocks in place (not yet measured on a GPU: benchmarks/gpu_paged_check.py compares)
+# library kernel that reads blocks in place (the fastest of the four paths on one H200: docs/scale.md)
 DEFAULT_DECODE_ATTENTION = {"cpu": DecodeAttention.SPLIT_K, "cuda": DecodeAttention.FLEX}
 # tokens per KV block by device type: on CPU 32 measured within noise of 64 and 128 for the decode attention
 # (docs/benchmarks.md) with less waste per row; on CUDA 64, a multiple of flex decoding's KV tile (a block
@@ -109,7 +113,10 @@ class TorchEngine:
         del slots
         self._pool_for(capacity)
         if self.graph_mode is GraphMode.CUDA:  # compile and capture every batch bucket now, not mid-rollout
-            self.warm_up(capacity)
+            t0 = time.perf_counter()
+            if n := self.warm_up(capacity):
+                log.info(f"torch engine: {n} decode shapes (batch buckets up to {self.max_batch} rows) compiled and "
+                         f"captured in {time.perf_counter() - t0:.0f} s, once per run")
 
     @torch.no_grad()
     def warm_up(self, capacity: int, progress: Callable[[int, int], None] | None = None) -> int:
