@@ -39,6 +39,19 @@ DEVICE="${DEVICE:-cuda}"
 ENGINE="${ENGINE:-torch}"
 START=$(date +%s)
 FAILED=""
+# merge_into_summary KEY FILE: $OUT/FILE (if written) into $OUT/gpu_check.json under KEY
+merge_into_summary() {
+    "$PYTHON" - "$OUT" "$1" "$2" <<'EOF'
+import json, sys
+from pathlib import Path
+out, key, name = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+if (out / name).exists():
+    path = out / "gpu_check.json"
+    summary = json.loads(path.read_text()) if path.exists() else {}
+    summary[key] = json.loads((out / name).read_text())
+    path.write_text(json.dumps(summary, indent=1))
+EOF
+}
 
 if [ "$DEVICE" = cuda ]; then
     if ! command -v nvidia-smi >/dev/null; then
@@ -76,16 +89,7 @@ timeout "${PAGED_TIMEOUT:-300}" "$PYTHON" benchmarks/gpu_paged_check.py --device
     --out "$OUT/gpu_paged_check.json" > "$OUT/gpu_paged_check.log" 2>&1 \
     || FAILED="${FAILED:+$FAILED; }paged engine check (log: $OUT/gpu_paged_check.log)"
 grep -v '^{' "$OUT/gpu_paged_check.log" | tail -n 16 | cut -c1-400
-"$PYTHON" - "$OUT" <<'EOF'
-import json, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-if (out / "gpu_paged_check.json").exists():
-    path = out / "gpu_check.json"
-    summary = json.loads(path.read_text()) if path.exists() else {}
-    summary["paged_engine"] = json.loads((out / "gpu_paged_check.json").read_text())
-    path.write_text(json.dumps(summary, indent=1))
-EOF
+merge_into_summary paged_engine gpu_paged_check.json
 fi
 QUICK=""; [ "$DEVICE" = cpu ] && QUICK="--quick"
 # a failure here is reported, and the training run still goes ahead (a lent machine's minutes are few): the
@@ -94,16 +98,7 @@ timeout "${ENGINE_CHECK_TIMEOUT:-90}" "$PYTHON" benchmarks/gpu_engine_check.py -
     --out "$OUT/gpu_engine_check.json" > "$OUT/gpu_engine_check.log" 2>&1 \
     || FAILED="${FAILED:+$FAILED; }engine check (log: $OUT/gpu_engine_check.log)"
 tail -c 3000 "$OUT/gpu_engine_check.log"
-"$PYTHON" - "$OUT" <<'EOF'
-import json, sys
-from pathlib import Path
-out = Path(sys.argv[1])
-if (out / "gpu_engine_check.json").exists():  # written after each part: a timeout keeps what was measured
-    path = out / "gpu_check.json"
-    summary = json.loads(path.read_text()) if path.exists() else {}
-    summary["engine_check"] = json.loads((out / "gpu_engine_check.json").read_text())
-    path.write_text(json.dumps(summary, indent=1))
-EOF
+merge_into_summary engine_check gpu_engine_check.json  # written after each part: a timeout keeps what was measured
 else
 # runs/gpu-venv sees the system's packages, so a machine with torch/vLLM preinstalled downloads only what is missing.
 if [ -z "${PYTHON:-}" ]; then
@@ -285,16 +280,13 @@ timeout "${LEARNER_LONG_TIMEOUT:-75}" "$PYTHON" benchmarks/gpu_learner_long_chec
     --out "$OUT/gpu_learner_long.json" \
     > "$OUT/gpu_learner_long.log" 2>&1 || FAILED="${FAILED:+$FAILED; }learner_long (log: $OUT/gpu_learner_long.log)"
 tail -n 4 "$OUT/gpu_learner_long.log" | cut -c1-600
+merge_into_summary learner_long gpu_learner_long.json
 "$PYTHON" - "$OUT" <<'EOF'
 import json, sys
 from pathlib import Path
 out = Path(sys.argv[1])
 if (out / "gpu_learner_long.json").exists():
-    path = out / "gpu_check.json"
-    summary = json.loads(path.read_text()) if path.exists() else {}
-    summary["learner_long"] = json.loads((out / "gpu_learner_long.json").read_text())
-    path.write_text(json.dumps(summary, indent=1))
-    for r in summary["learner_long"]["rows"]:
+    for r in json.loads((out / "gpu_learner_long.json").read_text())["rows"]:
         got = r.get("measured_increment_gib")
         print(f"gpu_check: learner_long L={r['length']}: predicted {r['predicted_increment_gib']:.2f} GiB, measured "
               f"{'-' if got is None else f'{got:.2f}'} GiB{' (' + r['skipped'] + ')' if 'skipped' in r else ''}")
