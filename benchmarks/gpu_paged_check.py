@@ -244,7 +244,8 @@ def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int, attenti
     mean_ctx = ctx + 2 + iters / 2
     kv_read = rows * mean_ctx * bpt
     path = {"decode_attention": eng.decode_attention.value, "graphs": eng.graph_mode.value,
-            "block_size": eng.block_size, "flex": eng.flex, "graphs_captured": len(eng.table.graphs) if eng.table else 0,
+            "block_size": eng.block_size, "flex": eng.flex,
+            "graphs_captured": len(eng.table.graphs) if eng.table else 0,
             "fallbacks": eng.table.fallbacks if eng.table else []}
     del sched, eng, cache, blocks
     return {"rows": rows, "context": ctx, "ms_per_iteration": ms, "kv_bytes_read": kv_read, **path}
