@@ -28,7 +28,7 @@ time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
    step: continued rows are prefilled again every round (nothing is kept between rounds), as after an update.
    Every batch bucket is compiled and captured before the clock starts (`TorchEngine.warm_up`, what `reserve`
    does at a run's start; its seconds are `warm_up_s`): otherwise the first M measured pays every compilation
-   and the later ones none (the first H200 run: M = 1 met 13-20 buckets in one call).
+   and the later ones none (the first H200 run: M = 1 passed through up to 20 buckets in one call).
 
 Parts run in the order 0, 1, `decode_paths`, 4 (M = 1 and 4: the headline), 2, 3, 4 (M = 2 and 8) within
 `--budget-s` (default 300 s): a part that would start after the budget
