@@ -144,15 +144,7 @@ class TableDecoder:
         self.slot[:rows].copy_(last * bs + p % bs)
         self.ctx[:rows].copy_(p + 1)
         self.table[:rows, :width].copy_(table)
-        while True:
-            try:
-                out = self._run(rows, width)
-                break
-            except Exception as e:  # a compiler or capture failure on a new shape: a slower path, not a dead run
-                if (rows, width) in self._shapes_ok or not self._fall_back(e):
-                    raise
-        self._shapes_ok.add((rows, width))
-        return out[:n]
+        return self._run_or_fall_back(rows, width)[:n]
 
     def warm_up(self, capacity_blocks: int, progress=None) -> int:
         """Run (compile, capture) every batch bucket's step once, for calls of up to `capacity_blocks` blocks per
@@ -170,17 +162,23 @@ class TableDecoder:
             self.ctx[:rows].fill_(1)
             self.table[:rows, :width].fill_(scratch)
             if (rows, width) not in self._shapes_ok:
-                while True:
-                    try:
-                        self._run(rows, width)
-                        break
-                    except Exception as e:  # as in `decode`: a slower path for a shape that fails first time
-                        if not self._fall_back(e):
-                            raise
-                self._shapes_ok.add((rows, width))
+                self._run_or_fall_back(rows, width)
             if progress is not None:
                 progress(done, len(self.buckets))
         return len(self.buckets)  # (`decode` copies its rows' tables from the host copy, which this leaves alone)
+
+    def _run_or_fall_back(self, rows: int, width: int) -> torch.Tensor:
+        """`_run` from the static buffers; a shape's first step that fails (a compiler or capture error) moves to a
+        slower path (`_fall_back`) and reruns, a failure on a shape that has already run is raised."""
+        while True:
+            try:
+                out = self._run(rows, width)
+                break
+            except Exception as e:  # a slower path, not a dead run
+                if (rows, width) in self._shapes_ok or not self._fall_back(e):
+                    raise
+        self._shapes_ok.add((rows, width))
+        return out
 
     def _fall_back(self, error: Exception) -> bool:
         """After `error` on a shape's first step: flex -> gather, then CUDA graphs -> eager; False when nothing
@@ -192,7 +190,7 @@ class TableDecoder:
         else:
             return False
         msg = f"torch engine decode: {what} after {type(error).__name__}: {_head_and_tail(str(error))}"
-        warnings.warn(msg, stacklevel=3)
+        warnings.warn(msg, stacklevel=4)  # at the caller of `decode` (or of `warm_up`)
         self.fallbacks.append(msg)
         self._drop_graphs()
         self._shapes_ok.clear()
