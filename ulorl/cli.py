@@ -122,6 +122,7 @@ def _paired(p: dict) -> str:
 
 def cmd_sft(args) -> int:
     from ulorl.config import dump_yaml
+    from ulorl.run.numerics import apply_cpu_numerics
     from ulorl.run.session import use_train_threads
     from ulorl.run.sft_report import sft_and_report
 
@@ -130,8 +131,9 @@ def cmd_sft(args) -> int:
     from ulorl.run.lock import RunLock
 
     cfg = _load_cfg(args)
+    apply_cpu_numerics(cfg.train.cpu_numerics)  # before any tensor operation, as `ulorl train` does
     check_runnable(cfg)
-    use_train_threads(cfg)  # as `ulorl train` does
+    use_train_threads(cfg)
     run_dir = make_run_dir(_run_dir(args, "sft"))
     with RunLock.acquire(run_dir):  # one process per folder, as for train
         atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))

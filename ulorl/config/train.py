@@ -63,9 +63,14 @@ class TrainConfig:
     # torch threads of the run's process (0: torch's default, one per core). A tiny model's engine is faster
     # with 1 on CPU (its per-row ops are too small to split): configs/long.yaml sets it, docs/long_run.md
     threads: int = 0
+    # native | portable: portable pins torch's CPU kernels to AVX2 and MKL to its reproducible COMPATIBLE branch,
+    # so that the run's floats (and so its samples and results) do not follow the CPU model or thread count; the
+    # demo took 1.6x its native time on an Intel Xeon (ulorl/run/numerics.py, docs/reproduction.md)
+    cpu_numerics: str = "native"
 
     def __post_init__(self) -> None:
         check_choice("train.pipeline", self.pipeline, PipelineMode)
+        check_choice("train.cpu_numerics", self.cpu_numerics, ["native", "portable"])
         check_choice("train.optimizer", self.optimizer, OptimizerName)
         if self.learner_device:
             device_name("train.learner_device", self.learner_device)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ulorl.evaluation.metrics import length_stats
 from ulorl.run.held_out import paired_by_length, solution_tokens
+from ulorl.run.numerics import numerics_report
 from ulorl.run.session import TrainSession
 from ulorl.trajectory import Trajectory
 
@@ -128,6 +129,7 @@ def summarize(session: TrainSession, checkpoint=None) -> dict:
         eos = h.get("trained_eos_at_least", {})
         out["trained_eos_at_least"] = {str(n): eos.get(str(n), 0) for n in LONG_EOS_TOKENS}
     out["peak_rss_mib"] = peak_rss_mib(session)
+    out["cpu_numerics"] = numerics_report(session.cfg.train.cpu_numerics)
     if checkpoint is not None:
         out["checkpoint_mib"] = sum(f.stat().st_size for f in Path(checkpoint).rglob("*") if f.is_file()) / 2**20
     return out

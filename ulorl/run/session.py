@@ -43,6 +43,7 @@ from ulorl.run.checkpoint import (CHECKPOINTS, CheckpointError, atomic_write_tex
                                   make_run_dir, save_checkpoint, save_fingerprint, set_rng_state, step_dir)
 from ulorl.run.console import say, show_rollout_notes
 from ulorl.run.lock import RunLock
+from ulorl.run.numerics import apply_cpu_numerics
 from ulorl.run.prefilter import FILE as PREFILTER_FILE
 from ulorl.run.prefilter import apply_prefilter
 from ulorl.run.samples_log import SampleLog
@@ -58,7 +59,9 @@ def use_train_threads(cfg: RunConfig) -> None:
 
 def open_session(cfg: RunConfig, run_dir: str | Path, resume: str | None = None) -> TrainSession:
     """The session of a run in `run_dir`, fresh or resumed as `resume` says (None, `auto`, `never`, a PATH).
-    `train.threads` > 0 sets torch's thread count for this process first (the warm start included)."""
+    `train.cpu_numerics` is applied first (before any tensor operation), then `train.threads` > 0 sets torch's
+    thread count for this process, bounded by the machine (the warm start included)."""
+    apply_cpu_numerics(cfg.train.cpu_numerics)
     check_runnable(cfg)
     show_rollout_notes()
     cfg, notes = bound_by_machine(cfg)

@@ -1,0 +1,119 @@
+"""`train.cpu_numerics`: what `portable` pins, in a fresh process, against the same pins from the environment."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import subprocess
+import sys
+
+import pytest
+
+from ulorl.config import ConfigError, load_run_config
+from ulorl.run.numerics import CPU_NUMERICS, apply_cpu_numerics
+
+x86 = pytest.mark.skipif(platform.machine().lower() not in ("x86_64", "amd64"), reason="portable pins x86-64 kernels")
+
+# a few AdamW steps of the tiny model in a fresh interpreter: the hash of its weights and torch's kernel family.
+# argv: a mode applied in the process before any tensor operation ("": the environment as given), the model
+_FINGERPRINT = r"""
+import hashlib, json, sys
+mode, model_dir = sys.argv[1], sys.argv[2]
+if mode:
+    from ulorl.run.numerics import apply_cpu_numerics
+    apply_cpu_numerics(mode)
+import torch
+from transformers import AutoModelForCausalLM
+torch.set_num_threads(1)
+model = AutoModelForCausalLM.from_pretrained(model_dir)
+ids = torch.randint(0, model.config.vocab_size, (2, 64), generator=torch.Generator().manual_seed(0))
+opt = torch.optim.AdamW(model.parameters(), lr=1e-3)
+for _ in range(3):
+    model(input_ids=ids, labels=ids).loss.backward()
+    opt.step()
+    opt.zero_grad()
+h = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.parameters())).hexdigest()
+print(json.dumps({"hash": h, "capability": torch.backends.cpu.get_cpu_capability()}))
+"""
+
+
+def _fingerprint(model_dir, mode: str = "", env: dict | None = None) -> dict:
+    base = {k: v for k, v in os.environ.items() if k not in CPU_NUMERICS["portable"]}
+    out = subprocess.run([sys.executable, "-c", _FINGERPRINT, mode, str(model_dir)], env={**base, **(env or {})},
+                         capture_output=True, text=True, timeout=300, check=True)
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@x86
+def test_portable_in_process_equals_the_pins_set_in_the_environment(tiny_model_dir):
+    """Applied by the run before any tensor operation, `portable` computes the same bits as a process started
+    with its variables, and torch runs its AVX2 kernels."""
+    applied = _fingerprint(tiny_model_dir, "portable")
+    from_env = _fingerprint(tiny_model_dir, env=CPU_NUMERICS["portable"])
+    assert applied["capability"] == from_env["capability"] == "AVX2"
+    assert applied["hash"] == from_env["hash"]
+
+
+def test_native_changes_nothing(monkeypatch):
+    for key in CPU_NUMERICS["portable"]:
+        monkeypatch.delenv(key, raising=False)
+    apply_cpu_numerics("native")
+    assert not any(key in os.environ for key in CPU_NUMERICS["portable"])
+
+
+@x86
+def test_portable_refuses_a_different_value_in_the_environment(monkeypatch):
+    monkeypatch.setenv("MKL_CBWR", "AVX2")
+    with pytest.raises(ConfigError, match="MKL_CBWR=AVX2"):
+        apply_cpu_numerics("portable")
+
+
+@x86
+def test_portable_after_torch_chose_its_kernels_is_an_error_unless_it_chose_avx2():
+    """torch reads ATEN_CPU_CAPABILITY once: applied after a tensor operation, `portable` cannot pin it. On a CPU
+    whose best kernels are AVX2 anyway there is nothing to pin and no error."""
+    code = ("import torch, json\n"
+            "native = torch.backends.cpu.get_cpu_capability()\n"
+            "torch.ones(8).exp()\n"
+            "from ulorl.run.numerics import apply_cpu_numerics, NumericsError\n"
+            "try:\n    apply_cpu_numerics('portable'); err = ''\n"
+            "except NumericsError as e:\n    err = str(e)\n"
+            "print(json.dumps({'native': native, 'err': err}))\n")
+    base = {k: v for k, v in os.environ.items() if k not in CPU_NUMERICS["portable"]}
+    out = json.loads(subprocess.run([sys.executable, "-c", code], env=base, capture_output=True, text=True,
+                                    timeout=120, check=True).stdout.strip().splitlines()[-1])
+    if out["native"] == "AVX2":
+        assert out["err"] == ""
+    else:
+        assert f"already dispatches to {out['native']} kernels" in out["err"]
+        assert "ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE" in out["err"]
+
+
+def test_the_config_names_the_modes():
+    assert load_run_config(None, ["train.cpu_numerics=portable"]).train.cpu_numerics == "portable"
+    with pytest.raises(ConfigError, match="train.cpu_numerics"):
+        load_run_config(None, ["train.cpu_numerics=fast"])
+
+
+@x86
+def test_ulorl_sft_pins_before_its_work_or_says_it_came_too_late(tmp_path, capsys, monkeypatch):
+    """The CLI applies `train.cpu_numerics` before the SFT. In this test process torch chose its kernels long ago:
+    where that choice was not AVX2 the command stops with a one-line error naming the fix, before any work."""
+    import torch
+
+    from ulorl.cli import main
+    from ulorl.run import sft_report
+
+    for key in CPU_NUMERICS["portable"]:
+        monkeypatch.delenv(key, raising=False)  # restored after the test
+    ran = []
+    monkeypatch.setattr(sft_report, "sft_and_report", lambda cfg, run_dir: ran.append(cfg) or {})
+    rc = main(["sft", "-o", str(tmp_path / "run"), "train.cpu_numerics=portable"])
+    assert os.environ["MKL_CBWR"] == "COMPATIBLE"
+    if torch.backends.cpu.get_cpu_capability() == "AVX2":
+        assert (rc, len(ran)) == (0, 1)
+    else:
+        err = capsys.readouterr().err
+        assert (rc, ran) == (2, [])
+        assert "train.cpu_numerics=portable: torch already dispatches" in err and len(err.strip().splitlines()) == 1

@@ -1,0 +1,88 @@
+"""CPU numerics of a run's processes (`train.cpu_numerics`): the CPU's own fastest kernels, or kernels pinned so
+that every x86-64 CPU with AVX2 computes the same floats.
+
+Why two machines give two results from one command: a run on CPU is deterministic on its machine, but the order
+in which its sums are rounded follows the kernels that torch and MKL pick for that CPU. torch dispatches its own
+kernels (softmax, norms, reductions, the CPU attention kernel) by the widest vector unit it finds (AVX-512 on an
+Intel Xeon, AVX2 on an AMD EPYC Zen 3), and MKL picks its GEMM code path by CPU vendor and model, and splits a
+GEMM by the thread count. The tiny model's SFT amplifies one rounding difference into another warm start, which
+is why the same config lands at different accuracies on machines of this kind (docs/long_run.md).
+
+- `native` (the default): nothing pinned, the fastest kernels of this CPU.
+- `portable`: `ATEN_CPU_CAPABILITY=avx2` (torch's AVX2 kernels, also on CPUs with AVX-512) and
+  `MKL_CBWR=COMPATIBLE` (MKL's Conditional Numerical Reproducibility on its COMPATIBLE branch: SSE2 without the
+  approximate rcpps/rsqrtps, the one branch MKL documents as reproducible on Intel and non-Intel CPUs alike).
+  Measured on an Intel Xeon with AMX: the built-in models' forward, backward and AdamW give the same bits with
+  1 and 2 threads, and the same bits whatever MKL's own instruction cap (`MKL_ENABLE_INSTRUCTIONS`); the demo
+  took 1.6x its native time (MKL's SSE2 GEMMs: an update 2.8x, a decode step 1.2x). Whether an AMD CPU gives
+  the same bits is MKL's documented promise, not yet measured here (docs/reproduction.md).
+
+Both settings are environment variables that torch and MKL read once, at their first operation in a process,
+so `apply_cpu_numerics` must run before any tensor operation; it checks torch's choice afterwards and raises if
+it came too late. Engine and learner child processes start by `spawn` and inherit the environment.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+
+from ulorl.errors import ConfigError, UlorlError
+
+# train.cpu_numerics -> the environment it sets; each variable is read by torch or MKL at its first use in a process
+CPU_NUMERICS: dict[str, dict[str, str]] = {
+    "native": {},
+    "portable": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"},
+}
+
+
+class NumericsError(UlorlError):
+    """torch picked its CPU kernels before `train.cpu_numerics` could pin them (the CLI prints it as a user error)."""
+
+
+def apply_cpu_numerics(mode: str) -> None:
+    """Make this process (and the children it spawns later) compute with `mode`'s kernels.
+
+    Sets `CPU_NUMERICS[mode]` in the environment (a different value already there is a `ConfigError` naming the
+    variable), then checks that torch dispatches to the pinned kernel family (`NumericsError` if it chose before)."""
+    env = CPU_NUMERICS[mode]
+    if env and platform.machine().lower() not in ("x86_64", "amd64"):
+        raise ConfigError(f"train.cpu_numerics={mode} pins x86-64 kernels (AVX2, MKL); this machine is "
+                          f"{platform.machine()}: use train.cpu_numerics=native")
+    for key, value in env.items():
+        have = os.environ.get(key)
+        if have is not None and have.upper() != value.upper():
+            raise ConfigError(f"train.cpu_numerics={mode} sets {key}={value}, but the environment has {key}={have}: "
+                              f"unset it, or use train.cpu_numerics=native to keep it")
+        os.environ[key] = value
+    if "ATEN_CPU_CAPABILITY" not in env:
+        return
+    import torch
+
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability != env["ATEN_CPU_CAPABILITY"].upper():
+        raise NumericsError(
+            f"train.cpu_numerics={mode}: torch already dispatches to {capability} kernels in this process (it reads "
+            f"ATEN_CPU_CAPABILITY at its first tensor operation, which came before the run); start Python with "
+            f"{' '.join(f'{k}={v}' for k, v in env.items())} in the environment, or load the config before any "
+            "tensor operation")
+
+
+def numerics_report(mode: str) -> dict:
+    """What a run computed with, for its summary: the mode, torch's kernel family and thread count, MKL's
+    reproducibility branch, the CPU."""
+    import torch
+
+    return {"mode": mode, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+            "mkl_cbwr": os.environ.get("MKL_CBWR", ""), "threads": torch.get_num_threads(), "cpu": _cpu_name()}
+
+
+def _cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor()
