@@ -14,7 +14,7 @@ is why the same config lands at different accuracies on machines of this kind (d
   approximate rcpps/rsqrtps, the one branch MKL documents as reproducible on Intel and non-Intel CPUs alike).
   Measured on an Intel Xeon with AMX: the built-in models' forward, backward and AdamW give the same bits with
   1 and 2 threads, and the same bits whatever MKL's own instruction cap (`MKL_ENABLE_INSTRUCTIONS`); the demo
-  took 1.6x its native time (MKL's SSE2 GEMMs: an update 2.8x, a decode step 1.2x). Whether an AMD CPU gives
+  took 1.6x its native time (MKL's SSE2 GEMMs: an update 2.4-2.8x, a decode step 1.2x). Whether an AMD CPU gives
   the same bits is MKL's documented promise, not yet measured here (docs/reproduction.md).
 
 Both settings are environment variables that torch and MKL read once, at their first operation in a process,
