@@ -67,6 +67,23 @@ def test_portable_refuses_a_different_value_in_the_environment(monkeypatch):
     monkeypatch.setenv("MKL_CBWR", "AVX2")
     with pytest.raises(ConfigError, match="MKL_CBWR=AVX2"):
         apply_cpu_numerics("portable")
+    monkeypatch.setenv("MKL_CBWR", "AVX2,STRICT")
+    with pytest.raises(ConfigError, match="MKL_CBWR=AVX2,STRICT"):
+        apply_cpu_numerics("portable")
+
+
+@x86
+def test_portable_keeps_the_same_branch_with_options(monkeypatch):
+    """MKL's own syntax for its branch (with options, or BRANCH=) names the same pin: kept as the user set it."""
+    import torch
+
+    if torch.backends.cpu.get_cpu_capability() != "AVX2":
+        monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")  # this process chose long ago
+    for value in ("COMPATIBLE,STRICT", "BRANCH=COMPATIBLE", "compatible"):
+        monkeypatch.setenv("MKL_CBWR", value)
+        monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+        apply_cpu_numerics("portable")
+        assert os.environ["MKL_CBWR"] == value and os.environ["ATEN_CPU_CAPABILITY"] == "avx2"
 
 
 @x86

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import os
 import platform
+import re
 
 from ulorl.errors import ConfigError, UlorlError
 
@@ -43,18 +44,19 @@ class NumericsError(UlorlError):
 def apply_cpu_numerics(mode: str) -> None:
     """Make this process (and the children it spawns later) compute with `mode`'s kernels.
 
-    Sets `CPU_NUMERICS[mode]` in the environment (a different value already there is a `ConfigError` naming the
-    variable), then checks that torch dispatches to the pinned kernel family (`NumericsError` if it chose before)."""
+    Sets `CPU_NUMERICS[mode]` in the environment (a value already there is kept when it names the same pin, e.g.
+    `MKL_CBWR=COMPATIBLE,STRICT`; any other is a `ConfigError` naming the variable), then checks that torch dispatches to the pinned kernel family (`NumericsError` if it chose before)."""
     env = CPU_NUMERICS[mode]
     if env and platform.machine().lower() not in ("x86_64", "amd64"):
         raise ConfigError(f"train.cpu_numerics={mode} pins x86-64 kernels (AVX2, MKL); this machine is "
                           f"{platform.machine()}: use train.cpu_numerics=native")
     for key, value in env.items():
         have = os.environ.get(key)
-        if have is not None and have.upper() != value.upper():
+        # MKL_CBWR may carry options (COMPATIBLE,STRICT or BRANCH=COMPATIBLE): the branch is what must agree
+        if have is not None and value.upper() not in re.split(r"[,=\s]+", have.upper()):
             raise ConfigError(f"train.cpu_numerics={mode} sets {key}={value}, but the environment has {key}={have}: "
                               f"unset it, or use train.cpu_numerics=native to keep it")
-        os.environ[key] = value
+        os.environ.setdefault(key, value)
     if "ATEN_CPU_CAPABILITY" not in env:
         return
     import torch
