@@ -45,7 +45,8 @@ def apply_cpu_numerics(mode: str) -> None:
     """Make this process (and the children it spawns later) compute with `mode`'s kernels.
 
     Sets `CPU_NUMERICS[mode]` in the environment (a value already there is kept when it names the same pin, e.g.
-    `MKL_CBWR=COMPATIBLE,STRICT`; any other is a `ConfigError` naming the variable), then checks that torch dispatches to the pinned kernel family (`NumericsError` if it chose before)."""
+    `MKL_CBWR=COMPATIBLE,STRICT`; any other is a `ConfigError` naming the variable), then checks that torch
+    dispatches to the pinned kernel family (`NumericsError` if it chose before)."""
     env = CPU_NUMERICS[mode]
     if env and platform.machine().lower() not in ("x86_64", "amd64"):
         raise ConfigError(f"train.cpu_numerics={mode} pins x86-64 kernels (AVX2, MKL); this machine is "
