@@ -134,3 +134,36 @@ def test_ulorl_sft_pins_before_its_work_or_says_it_came_too_late(tmp_path, capsy
         err = capsys.readouterr().err
         assert (rc, ran) == (2, [])
         assert "train.cpu_numerics=portable: torch already dispatches" in err and len(err.strip().splitlines()) == 1
+
+
+_SPAWNED = r"""
+import json, multiprocessing as mp, os
+from ulorl.run.numerics import apply_cpu_numerics
+
+
+def child(q):
+    import torch
+    q.put([torch.backends.cpu.get_cpu_capability(), os.environ.get("MKL_CBWR")])
+
+
+if __name__ == "__main__":
+    apply_cpu_numerics("portable")
+    ctx = mp.get_context("spawn")  # as the engine and learner processes start
+    q = ctx.Queue()
+    p = ctx.Process(target=child, args=(q,))
+    p.start()
+    print(json.dumps(q.get(timeout=120)))
+    p.join()
+"""
+
+
+@x86
+def test_spawned_children_inherit_the_pins(tmp_path):
+    """The engine processes (`rollout.torch.procs`) and the overlap learner start by spawn after the run pinned its
+    numerics: they must compute with the same kernels."""
+    script = tmp_path / "spawned.py"
+    script.write_text(_SPAWNED)
+    base = {k: v for k, v in os.environ.items() if k not in CPU_NUMERICS["portable"]}
+    out = subprocess.run([sys.executable, str(script)], env={**base, "PYTHONPATH": os.pathsep.join(sys.path)},
+                         capture_output=True, text=True, timeout=300, check=True)
+    assert json.loads(out.stdout.strip().splitlines()[-1]) == ["AVX2", "COMPATIBLE"]
