@@ -80,10 +80,15 @@ def _run(cmd: list[str], log: Path) -> None:
             raise SystemExit(f"failed: {' '.join(cmd)} (its output: {log})")
 
 
+# overrides that shape the warm start too: the SFT's own, and the process's threads and CPU numerics (`ulorl sft`
+# applies both before it trains)
+WARM_START_SETS = ("sft.", "train.threads=", "train.cpu_numerics=")
+
+
 def warm_start(config: str, runs: Path, sft_seed: int, sets: list[str]) -> Path:
-    """RUNS/sft_S[_<sft overrides>]/model, made once. Only `sft.*` overrides reach it (and name it): the others
-    are RL's."""
-    sft_sets = [s for s in sets if s.startswith("sft.")]
+    """RUNS/sft_S[_<overrides>]/model, made once. Only the `WARM_START_SETS` overrides reach it (and name it): the
+    others are RL's."""
+    sft_sets = [s for s in sets if s.startswith(WARM_START_SETS)]
     out = runs / (f"sft_{sft_seed}" + (f"_{_tag(sft_sets)}" if sft_sets else ""))
     model = out / "model"
     if not (model / "model.safetensors").exists():
@@ -119,7 +124,8 @@ def main() -> int:
     ap.add_argument("--warm-start", action="append", default=[], metavar="LABEL=DIR",
                     help="RL from this model folder (e.g. another machine's warm start) for pairs LABEL/T; repeat")
     ap.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
-                    help="a config override for every run (repeat); sft.* ones reach the warm starts too")
+                    help="a config override for every run (repeat); sft.*, train.threads and train.cpu_numerics "
+                         "ones reach the warm starts too")
     ap.add_argument("--steps", default="4,8", help="the RL steps whose checkpoints are scored")
     ap.add_argument("--runs", default="runs/seed_table", help="where the warm starts and runs go")
     ap.add_argument("--min-tokens", type=int, default=1000)
