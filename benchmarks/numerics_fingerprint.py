@@ -18,7 +18,7 @@ import sys
 
 from benchlib import emit, machine  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 
-from ulorl.run.numerics import CPU_NUMERICS
+from ulorl.run.numerics import CPU_NUMERICS, cpu_name
 
 # name -> environment of the child (on top of this one, without the variables any row sets)
 SETTINGS = {
@@ -49,11 +49,6 @@ h = hashlib.sha256(b"".join(p.detach().numpy().tobytes() for p in model.paramete
 print(json.dumps({"hash": h, "loss": loss.item(), "capability": torch.backends.cpu.get_cpu_capability(),
                   "update_ms": 1e3 * sum(times[1:]) / len(times[1:])}))
 """
-
-
-def cpu_name() -> str:
-    with open("/proc/cpuinfo") as f:
-        return next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), "")
 
 
 def run_cell(env: dict, threads: int, preset: str) -> dict:

@@ -77,10 +77,11 @@ def numerics_report(mode: str) -> dict:
     import torch
 
     return {"mode": mode, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "mkl_cbwr": os.environ.get("MKL_CBWR", ""), "threads": torch.get_num_threads(), "cpu": _cpu_name()}
+            "mkl_cbwr": os.environ.get("MKL_CBWR", ""), "threads": torch.get_num_threads(), "cpu": cpu_name()}
 
 
-def _cpu_name() -> str:
+def cpu_name() -> str:
+    """The CPU model as /proc/cpuinfo names it (platform.processor() elsewhere)."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
