@@ -27,7 +27,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import random
 import statistics
 import sys
@@ -35,6 +34,7 @@ import time
 
 from ulorl.reward import RuleVerifier
 from ulorl.reward.extract import extract_boxed
+from ulorl.run.numerics import cpu_name
 
 FILLER = (
     "Let us consider the problem carefully. We expand the expression, collect like terms and "
@@ -136,17 +136,6 @@ def timed_pool(v: RuleVerifier, responses: list[str], golds: list[str]) -> tuple
     return got, wall, cpu
 
 
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="one repeat, no pathological run (< 2 min)")
@@ -191,7 +180,7 @@ def main() -> None:
         "workers": args.workers,
         "repeats": repeats,
         "nproc": os.cpu_count(),
-        "cpu": cpu_model(),
+        "cpu": cpu_name(),
         "startup_s": round(startup_s, 2),
         "inline_items_per_s": round(statistics.median(res["inline"]), 1),
         "pool_items_per_s": round(statistics.median(res["pool"]), 1),

@@ -81,7 +81,7 @@ def numerics_report(mode: str) -> dict:
 
 
 def cpu_name() -> str:
-    """The CPU model as /proc/cpuinfo names it (platform.processor() elsewhere)."""
+    """The CPU model as /proc/cpuinfo names it (elsewhere platform.processor(), or "unknown")."""
     try:
         with open("/proc/cpuinfo") as f:
             for line in f:
@@ -89,4 +89,4 @@ def cpu_name() -> str:
                     return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor()
+    return platform.processor() or "unknown"
