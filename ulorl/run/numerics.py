@@ -13,7 +13,9 @@ is why the same config lands at different accuracies on machines of this kind (d
   `MKL_CBWR=COMPATIBLE` (MKL's Conditional Numerical Reproducibility on its COMPATIBLE branch: SSE2 without the
   approximate rcpps/rsqrtps, the one branch MKL documents as reproducible on Intel and non-Intel CPUs alike).
   Measured on an Intel Xeon with AMX: the built-in models' forward, backward and AdamW give the same bits with
-  1 and 2 threads, and the same bits whatever MKL's own instruction cap (`MKL_ENABLE_INSTRUCTIONS`); the demo
+  1 and 2 threads, and the same bits whatever MKL's own instruction cap (`MKL_ENABLE_INSTRUCTIONS`); a whole run
+  still follows the thread count (the demo's SFT gave the same warm start with 1 and 2 threads, its RL not: torch
+  splits large reductions between threads), so a config that must reproduce sets `train.threads`; the demo
   took 1.6x its native time (MKL's SSE2 GEMMs: an update 2.4-2.8x, a decode step 1.2x). Whether an AMD CPU gives
   the same bits is MKL's documented promise, not yet measured here (docs/reproduction.md).
 
