@@ -38,8 +38,13 @@ print(json.dumps({"hash": h, "capability": torch.backends.cpu.get_cpu_capability
 """
 
 
+def _env_without_pins() -> dict:
+    """This process's environment without the variables `portable` sets (a child then starts unpinned)."""
+    return {k: v for k, v in os.environ.items() if k not in CPU_NUMERICS["portable"]}
+
+
 def _fingerprint(model_dir, mode: str = "", env: dict | None = None) -> dict:
-    base = {k: v for k, v in os.environ.items() if k not in CPU_NUMERICS["portable"]}
+    base = _env_without_pins()
     out = subprocess.run([sys.executable, "-c", _FINGERPRINT, mode, str(model_dir)], env={**base, **(env or {})},
                          capture_output=True, text=True, timeout=300, check=True)
     return json.loads(out.stdout.strip().splitlines()[-1])
@@ -97,7 +102,7 @@ def test_portable_after_torch_chose_its_kernels_is_an_error_unless_it_chose_avx2
             "try:\n    apply_cpu_numerics('portable'); err = ''\n"
             "except NumericsError as e:\n    err = str(e)\n"
             "print(json.dumps({'native': native, 'err': err}))\n")
-    base = {k: v for k, v in os.environ.items() if k not in CPU_NUMERICS["portable"]}
+    base = _env_without_pins()
     out = json.loads(subprocess.run([sys.executable, "-c", code], env=base, capture_output=True, text=True,
                                     timeout=120, check=True).stdout.strip().splitlines()[-1])
     if out["native"] == "AVX2":
@@ -108,7 +113,8 @@ def test_portable_after_torch_chose_its_kernels_is_an_error_unless_it_chose_avx2
 
 
 def test_the_config_names_the_modes():
-    assert load_run_config(None, ["train.cpu_numerics=portable"]).train.cpu_numerics == "portable"
+    for mode in CPU_NUMERICS:  # every mode the runner knows, the config accepts
+        assert load_run_config(None, [f"train.cpu_numerics={mode}"]).train.cpu_numerics == mode
     with pytest.raises(ConfigError, match="train.cpu_numerics"):
         load_run_config(None, ["train.cpu_numerics=fast"])
 
@@ -163,7 +169,7 @@ def test_spawned_children_inherit_the_pins(tmp_path):
     numerics: they must compute with the same kernels."""
     script = tmp_path / "spawned.py"
     script.write_text(_SPAWNED)
-    base = {k: v for k, v in os.environ.items() if k not in CPU_NUMERICS["portable"]}
+    base = _env_without_pins()
     out = subprocess.run([sys.executable, str(script)], env={**base, "PYTHONPATH": os.pathsep.join(sys.path)},
                          capture_output=True, text=True, timeout=300, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == ["AVX2", "COMPATIBLE"]

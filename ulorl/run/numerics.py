@@ -50,7 +50,9 @@ def apply_cpu_numerics(mode: str) -> None:
     `MKL_CBWR=COMPATIBLE,STRICT`; any other is a `ConfigError` naming the variable), then checks that torch
     dispatches to the pinned kernel family (`NumericsError` if it chose before)."""
     env = CPU_NUMERICS[mode]
-    if env and platform.machine().lower() not in ("x86_64", "amd64"):
+    if not env:
+        return
+    if platform.machine().lower() not in ("x86_64", "amd64"):
         raise ConfigError(f"train.cpu_numerics={mode} pins x86-64 kernels (AVX2, MKL); this machine is "
                           f"{platform.machine()}: use train.cpu_numerics=native")
     for key, value in env.items():
@@ -60,8 +62,6 @@ def apply_cpu_numerics(mode: str) -> None:
             raise ConfigError(f"train.cpu_numerics={mode} sets {key}={value}, but the environment has {key}={have}: "
                               f"unset it, or use train.cpu_numerics=native to keep it")
         os.environ.setdefault(key, value)
-    if "ATEN_CPU_CAPABILITY" not in env:
-        return
     import torch
 
     capability = torch.backends.cpu.get_cpu_capability()
