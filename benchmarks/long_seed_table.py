@@ -33,7 +33,7 @@ import sys
 from pathlib import Path
 
 from benchlib import emit, machine, quiet_torch
-from reference_likelihood import by_length, paired, score_model
+from reference_likelihood import by_length, paired, pin_numerics, score_model
 
 ROOT = Path(__file__).resolve().parents[1]
 ULORL = [sys.executable, "-m", "ulorl.cli"]
@@ -139,6 +139,7 @@ def main() -> int:
     for s in steps:
         if s % every:
             ap.error(f"--steps {args.steps}: each must be a multiple of the first (checkpoint.every={every})")
+    numerics = pin_numerics(args.config, args.set)  # the scoring computes as the runs' own evaluations do
     quiet_torch(args.threads)
     load0 = os.getloadavg()
     runs = Path(args.runs)
@@ -172,7 +173,7 @@ def main() -> int:
             f"{k} {last[k]['delta'] * 100:+.1f} points (z {last[k]['z']:.1f})" for k in ("all", "long") if k in last),
             flush=True)
     return emit({"config": args.config, "sets": args.set, "min_tokens": args.min_tokens, "pairs": table,
-                 "machine": machine(load0)}, args.out)
+                 "cpu_numerics": numerics, "machine": machine(load0)}, args.out)
 
 
 if __name__ == "__main__":

@@ -12,7 +12,8 @@ least `--min-tokens` tokens (EOS included), and the expected number of tokens th
 tokens. Each model after the first is compared with the first, problem by problem (`paired_difference` on the
 probabilities): the change, its standard error and z, for all problems and for the long ones. The probability
 counts only the worked form of a right answer; a response that reaches the right value through cancelling errors is
-right for the reward but not here, so these means are slightly below avg@k.
+right for the reward but not here, so these means are slightly below avg@k. The config's `train.cpu_numerics`
+applies here too, so a pinned run's models are scored with the kernels its own evaluation used.
 """
 
 from __future__ import annotations
@@ -44,6 +45,17 @@ def score_model(config: str, model_path: str, min_tokens: int, overrides: list[s
     return {"model": model_path, "sampling": {"temperature": ev.temperature, "top_p": ev.top_p, "top_k": ev.top_k},
             "all": _summary(problems), "long": _summary([p for p in problems if p["tokens"] >= min_tokens]),
             "problems": problems}
+
+
+def pin_numerics(config: str, overrides: list[str] | None = None) -> str:
+    """Apply the config's `train.cpu_numerics` to this process (before any tensor operation): the scores are then
+    the ones the run's own evaluation computes. Returns the mode."""
+    from ulorl.config import load_run_config
+    from ulorl.run.numerics import apply_cpu_numerics
+
+    mode = load_run_config(config, overrides or []).train.cpu_numerics
+    apply_cpu_numerics(mode)
+    return mode
 
 
 def _summary(problems: list[dict]) -> dict:
@@ -91,6 +103,7 @@ def main() -> int:
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=None)
     args = ap.parse_args()
+    pin_numerics(args.config)
     quiet_torch(args.threads)
     load0 = os.getloadavg()
     models, first = {}, None

@@ -113,7 +113,7 @@ def test_portable_after_torch_chose_its_kernels_is_an_error_unless_it_chose_avx2
 
 
 def test_the_config_names_the_modes():
-    for mode in CPU_NUMERICS:  # every mode the runner knows, the config accepts
+    for mode in CPU_NUMERICS:  # every mode the runner applies, the config accepts
         assert load_run_config(None, [f"train.cpu_numerics={mode}"]).train.cpu_numerics == mode
     with pytest.raises(ConfigError, match="train.cpu_numerics"):
         load_run_config(None, ["train.cpu_numerics=fast"])
@@ -173,3 +173,33 @@ def test_spawned_children_inherit_the_pins(tmp_path):
     out = subprocess.run([sys.executable, str(script)], env={**base, "PYTHONPATH": os.pathsep.join(sys.path)},
                          capture_output=True, text=True, timeout=300, check=True)
     assert json.loads(out.stdout.strip().splitlines()[-1]) == ["AVX2", "COMPATIBLE"]
+
+
+def test_ulorl_eval_takes_the_mode_from_the_flag_else_the_preset(tmp_path):
+    import argparse
+
+    from ulorl.evaluation.cli import add_eval_arguments, cpu_numerics
+
+    def args(*argv):
+        return add_eval_arguments(argparse.ArgumentParser()).parse_args(list(argv))
+
+    preset = tmp_path / "run.yaml"
+    preset.write_text("train:\n  cpu_numerics: portable\n")
+    assert cpu_numerics(args()) == "native"
+    assert cpu_numerics(args("--config", str(preset))) == "portable"
+    assert cpu_numerics(args("--config", str(preset), "--cpu-numerics", "native")) == "native"
+    preset.write_text("train:\n  cpu_numerics: fast\n")
+    with pytest.raises(ConfigError, match="train.cpu_numerics='fast'"):
+        cpu_numerics(args("--config", str(preset)))
+
+
+@x86
+def test_ulorl_eval_pins_before_it_samples_and_reports_it(tiny_model_dir, tmp_path):
+    """`ulorl eval --cpu-numerics portable`, started without the pins, samples with torch's AVX2 kernels and MKL's
+    COMPATIBLE branch, and results.json says so."""
+    cmd = [sys.executable, "-m", "ulorl.cli", "eval", "--model", str(tiny_model_dir), "--data", "builtin:chain",
+           "--k", "1", "--pass-k", "1", "--num-problems", "2", "--max-new-tokens", "8", "--cpu-numerics", "portable",
+           "-o", str(tmp_path / "eval")]
+    subprocess.run(cmd, env=_env_without_pins(), capture_output=True, text=True, timeout=300, check=True)
+    report = json.loads((tmp_path / "eval" / "results.json").read_text())["cpu_numerics"]
+    assert (report["mode"], report["torch_cpu_capability"], report["mkl_cbwr"]) == ("portable", "AVX2", "COMPATIBLE")

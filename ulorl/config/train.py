@@ -16,6 +16,15 @@ class PipelineMode(str, Enum):
     OVERLAP = "overlap"  # the next step's rounds run during the update, with weights one version old
 
 
+# train.cpu_numerics -> the environment it sets before any tensor operation (ulorl.run.numerics applies it): each
+# variable is read by torch or MKL at its first use in a process, and spawned children inherit it
+CPU_NUMERICS: dict[str, dict[str, str]] = {
+    "native": {},  # the CPU's own fastest kernels
+    # torch's AVX2 kernels, and MKL's COMPATIBLE branch (documented as reproducible on Intel and AMD CPUs)
+    "portable": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"},
+}
+
+
 class OptimizerName(str, Enum):
     """`train.optimizer` (built by `ulorl.learners.optimizers`)."""
 
@@ -71,7 +80,7 @@ class TrainConfig:
 
     def __post_init__(self) -> None:
         check_choice("train.pipeline", self.pipeline, PipelineMode)
-        check_choice("train.cpu_numerics", self.cpu_numerics, ["native", "portable"])
+        check_choice("train.cpu_numerics", self.cpu_numerics, CPU_NUMERICS)
         check_choice("train.optimizer", self.optimizer, OptimizerName)
         if self.learner_device:
             device_name("train.learner_device", self.learner_device)

@@ -11,6 +11,7 @@ from ulorl.config.data import BUILTIN_CHAIN, DataConfig
 from ulorl.config.evaluation import EvalConfig
 from ulorl.config.loader import build
 from ulorl.config.rollout import TorchEngineConfig
+from ulorl.config.train import CPU_NUMERICS
 from ulorl.data.loaders import load_source
 from ulorl.errors import ConfigError
 from ulorl.evaluation.evaluator import EvalResult, evaluate
@@ -64,6 +65,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
                         help=f"default {_MAX_PROMPT_LEN}; with --config, its data.max_prompt_len as training reads it")
     parser.add_argument("--on-bad-row", default=None, help="error | skip (default error)")
     parser.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
+    parser.add_argument("--cpu-numerics", default=None, choices=sorted(CPU_NUMERICS),
+                        help="native | portable: pinned CPU kernels, as train.cpu_numerics (default: "
+                        "train.cpu_numerics of --config, else native)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--engine", default=None, help="torch | hf | vllm (default: rollout.engine of --config, "
                         "else torch)")
@@ -138,6 +142,15 @@ def data_config(args: argparse.Namespace, cfg: EvalConfig) -> DataConfig:
     return build(DataConfig, merged, "data.")
 
 
+def cpu_numerics(args: argparse.Namespace) -> str:
+    """`--cpu-numerics`, else --config's `train.cpu_numerics`, else native (checked as the config checks it)."""
+    from ulorl.errors import check_choice
+
+    mode = args.cpu_numerics or _preset(args, "train").get("cpu_numerics") or "native"
+    check_choice("train.cpu_numerics", mode, CPU_NUMERICS)
+    return mode
+
+
 def _engine_name(args: argparse.Namespace) -> str:
     if args.engine:
         return args.engine
@@ -194,7 +207,10 @@ def run_eval(args: argparse.Namespace) -> int:
     from ulorl.reward import RewardManager
     from ulorl.rollout.engines.base import close_engine
     from ulorl.rollout.engines.registry import build_engine
+    from ulorl.run.numerics import apply_cpu_numerics, numerics_report
 
+    numerics = cpu_numerics(args)
+    apply_cpu_numerics(numerics)  # before any tensor operation, as `ulorl train` does
     reward_cfg = reward_config_from_args(args)  # a bad function fails here, before any model loads
     cfg, path = eval_config(args), model_path(args)
     data_cfg, sources = data_config(args, cfg), data_sources(args)
@@ -224,7 +240,8 @@ def run_eval(args: argparse.Namespace) -> int:
         close_engine(engine)
     out = Path(args.output)
     out.mkdir(parents=True, exist_ok=True, mode=0o700)  # private, like every run folder
-    payload = {"model": path, "datasets": {n: r.to_dict() for n, r in results.items()}}
+    payload = {"model": path, "datasets": {n: r.to_dict() for n, r in results.items()},
+               "cpu_numerics": numerics_report(numerics)}
     (out / "results.json").write_text(json.dumps(payload, indent=2))
     md = [f"# Evaluation of `{path}`", ""] + [r.to_markdown() for r in results.values()]
     (out / "report.md").write_text("\n".join(md))

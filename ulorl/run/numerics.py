@@ -30,13 +30,8 @@ import os
 import platform
 import re
 
+from ulorl.config.train import CPU_NUMERICS
 from ulorl.errors import ConfigError, UlorlError
-
-# train.cpu_numerics -> the environment it sets; each variable is read by torch or MKL at its first use in a process
-CPU_NUMERICS: dict[str, dict[str, str]] = {
-    "native": {},
-    "portable": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE"},
-}
 
 
 class NumericsError(UlorlError):
