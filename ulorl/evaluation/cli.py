@@ -13,7 +13,7 @@ from ulorl.config.loader import build
 from ulorl.config.rollout import TorchEngineConfig
 from ulorl.config.train import CPU_NUMERICS
 from ulorl.data.loaders import load_source
-from ulorl.errors import ConfigError
+from ulorl.errors import ConfigError, check_choice
 from ulorl.evaluation.evaluator import EvalResult, evaluate
 from ulorl.evaluation.reference import reference_means, referenced_rows, score_eval_references
 from ulorl.reward.cli_args import add_reward_arguments, reward_config_from_args
@@ -144,8 +144,6 @@ def data_config(args: argparse.Namespace, cfg: EvalConfig) -> DataConfig:
 
 def cpu_numerics(args: argparse.Namespace) -> str:
     """`--cpu-numerics`, else --config's `train.cpu_numerics`, else native (checked as the config checks it)."""
-    from ulorl.errors import check_choice
-
     mode = args.cpu_numerics or _preset(args, "train").get("cpu_numerics") or "native"
     check_choice("train.cpu_numerics", mode, CPU_NUMERICS)
     return mode
