@@ -299,3 +299,45 @@ def test_heads_are_the_first_lines_of_problems_of_every_size_and_join_both_phase
     assert max(heads_seen) > 100  # head_max_size, not max_size, bounds the heads' problems
     assert max(n for s in seen for r, n in s if r != 18) <= 100
     assert max(r for s in seen[:20] for r, _ in s) <= 6 * 5 + 9  # the short phase's whole solutions stay short
+
+
+def test_tail_is_whole_solutions_past_max_size_in_the_full_phase_only(monkeypatch, tmp_path):
+    from ulorl.config import ConfigError, ModelConfig, SFTConfig
+    from ulorl.run import sft as sft_mod
+    from ulorl.run.sft import tail_sequences
+
+    tok = build_tokenizer()
+
+    def size(prompt):
+        q = tok.decode(prompt, skip_special_tokens=True).split()
+        return int("".join(q[q.index("steps") + 1 : q.index("steps") + 4]))
+
+    tail = tail_sequences(tok, 200, seed=0, min_size=101, max_size=160)
+    sizes = [size(p) for p, _ in tail]
+    assert min(sizes) == 101 and max(sizes) == 160  # uniform on [101, 160]: both ends drawn in 200
+    for p, r in tail:  # the whole worked solution with EOS: 6 tokens a line, n + 1 lines, `answer x`, EOS
+        assert len(r) == 6 * (size(p) + 1) + 3 and r[-1] == tok.eos_token_id
+    with pytest.raises(ConfigError, match="sft.tail must"):
+        SFTConfig(task="builtin:odometer", tail=-0.1)
+    with pytest.raises(ConfigError, match="builtin:odometer"):
+        SFTConfig(tail=0.1, tail_max_size=200)  # the default task is chain
+    with pytest.raises(ConfigError, match=r"tail_max_size in \(sft.max_size=100, 999\], got 100"):
+        SFTConfig(task="builtin:odometer", max_size=100, tail=0.1, tail_max_size=100)
+    with pytest.raises(ConfigError, match="got None"):
+        SFTConfig(task="builtin:odometer", tail=0.1)
+    seen = []
+    real_batch = sft_mod._batch
+
+    def spy(seqs, pad_id):
+        seen.append([(size(p), r[-1] == tok.eos_token_id) for p, r in seqs])
+        return real_batch(seqs, pad_id)
+
+    monkeypatch.setattr(sft_mod, "_batch", spy)
+    # 40 whole solutions of n <= 30 and 20 of n in (30, 60]; bucketed, so each epoch visits every example
+    cfg = SFTConfig(task="builtin:odometer", steps=40, short_steps=10, short_max_size=5, max_size=30, alpha=0.5,
+                    bucketed=True, batch_tokens=1024, batch_size=4, num_examples=40, lr=1e-3, tail=0.5,
+                    tail_max_size=60)
+    sft_mod.run_sft(ModelConfig(path="builtin:long"), cfg, tmp_path, progress=False)
+    assert max(n for s in seen[:10] for n, _ in s) <= 5  # the short phase has no tail
+    past = [(n, eos) for s in seen[10:] for n, eos in s if n > 30]
+    assert len({n for n, _ in past}) >= 5 and max(n for n, _ in past) <= 60 and all(eos for _, eos in past)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from ulorl.config.checks import positive
 from ulorl.config.loader import ConfigError, check_choice
 from ulorl.tasks import BuiltinTask
+from ulorl.tasks.odometer import MAX_STEPS as ODOMETER_MAX_STEPS
 
 
 @dataclass
@@ -35,6 +36,11 @@ class SFTConfig:
     heads: float = 0.0
     head_lines: int = 12
     head_max_size: int | None = None  # the heads' largest problem (None: max_size)
+    # tail: a share of extra examples (tail x num_examples, in the full-law phase only) that are whole worked solutions
+    # with EOS of problems with sizes uniform on (max_size, tail_max_size]. A few whole answers past the SFT's lengths:
+    # without them the seed decided whether the warm start wrote any worked solution past max_size (docs/long_run.md)
+    tail: float = 0.0
+    tail_max_size: int | None = None
     # torch threads for the SFT's training steps (0: as `train.threads`); its ops gave bit-identical weights with
     # 1 and 2 threads on CPU (docs/long_run.md), so a run whose engine wants one thread can train its SFT on two
     threads: int = 0
@@ -53,6 +59,14 @@ class SFTConfig:
             raise ConfigError(f"sft.heads must be in [0, 1] (a share of sft.num_examples), got {self.heads}")
         if self.heads and self.task != BuiltinTask.ODOMETER.value:
             raise ConfigError(f"sft.heads is for task builtin:odometer (lines of a fixed width), not {self.task}")
+        if not 0.0 <= self.tail <= 1.0:
+            raise ConfigError(f"sft.tail must be in [0, 1] (a share of sft.num_examples), got {self.tail}")
+        if self.tail:
+            if self.task != BuiltinTask.ODOMETER.value:
+                raise ConfigError(f"sft.tail is for task builtin:odometer (sizes from a lower bound), not {self.task}")
+            if self.tail_max_size is None or not self.max_size < self.tail_max_size <= ODOMETER_MAX_STEPS:
+                raise ConfigError(f"sft.tail needs sft.tail_max_size in (sft.max_size={self.max_size}, "
+                                  f"{ODOMETER_MAX_STEPS}], got {self.tail_max_size}")
         if not 0.0 <= self.uniform <= 1.0:
             raise ConfigError(f"sft.uniform must be in [0, 1], got {self.uniform}")
         if self.short_steps > self.steps:

@@ -13,7 +13,9 @@ curriculum: the long run's warm start learns odometer's addition table there, wh
 no shortcut through earlier lines exists; docs/long_run.md), then on the full law.
 With `sft.heads`, both phases also train on the first `sft.head_lines` lines of problems of
 every size (`head_sequences`): a long answer's first lines, which a whole long solution
-teaches once per thousands of tokens.
+teaches once per thousands of tokens. With `sft.tail`, the full-law phase also trains on a few whole
+solutions of problems past `sft.max_size` (`tail_sequences`, sizes uniform up to `sft.tail_max_size`): RL
+still learns the long answers, but from a warm start that writes some of them (docs/long_run.md).
 The loss is the mean cross-entropy over response tokens
 (prompt tokens are not trained). Batches are random (`sft.bucketed=false`, the
 default: mixed lengths learn the task more reliably) or length-bucketed under a
@@ -36,18 +38,20 @@ from ulorl.tasks import BuiltinTask, task_rows
 
 SFT_SEED_OFFSET = 7919  # SFT problems never share a seed with the RL train/eval splits
 HEADS_SEED_OFFSET = 104729  # the heads' problems are not the whole solutions' problems
+TAIL_SEED_OFFSET = 130363  # nor the tail's
 
 
 def sft_sequences(tokenizer, n: int, seed: int, max_size: int, task: str = BuiltinTask.CHAIN.value,
-                  alpha: float | None = None, max_response_tokens: int | None = None, uniform: float = 0.0
-                  ) -> list[tuple[list[int], list[int]]]:
+                  alpha: float | None = None, max_response_tokens: int | None = None, uniform: float = 0.0,
+                  min_size: int | None = None) -> list[tuple[list[int], list[int]]]:
     """(prompt tokens, response tokens incl. EOS) for `n` problems of `task` of size <= max_size.
 
     `alpha`: the size law's exponent (None: the task's default); `uniform`: the share of sizes drawn
-    uniformly instead (odometer only). Responses longer than `max_response_tokens` are cut to that many
-    tokens, without EOS."""
+    uniformly instead (odometer only); `min_size`: the smallest size (None: the task's). Responses longer than
+    `max_response_tokens` are cut to that many tokens, without EOS."""
+    law = {} if min_size is None else {"min_size": min_size}
     rows = task_rows(task, n, seed=seed + SFT_SEED_OFFSET, split="sft", max_size=max_size, alpha=alpha,
-                     uniform=uniform)
+                     uniform=uniform, **law)
     out = []
     for r in rows:
         text = tokenizer.apply_chat_template(r["prompt"], add_generation_prompt=True, tokenize=False)
@@ -64,6 +68,13 @@ def head_sequences(tokenizer, n: int, seed: int, max_size: int, lines: int) -> l
 
     seqs = sft_sequences(tokenizer, n, seed + HEADS_SEED_OFFSET, max_size, BuiltinTask.ODOMETER.value, uniform=1.0)
     return [(p, r[: TOKENS_PER_LINE * lines]) for p, r in seqs]
+
+
+def tail_sequences(tokenizer, n: int, seed: int, min_size: int, max_size: int) -> list[tuple[list[int], list[int]]]:
+    """(prompt tokens, whole worked solution with EOS) for `n` odometer problems with sizes uniform on
+    [min_size, max_size] (their own seed: not the other SFT problems)."""
+    return sft_sequences(tokenizer, n, seed + TAIL_SEED_OFFSET, max_size, BuiltinTask.ODOMETER.value, uniform=1.0,
+                         min_size=min_size)
 
 
 def _batch(seqs, pad_id):
@@ -120,6 +131,9 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
     model = load_model(model_cfg.path, model_cfg.dtype, model_cfg.trust_remote_code)
     full = sft_sequences(tok, cfg.num_examples, cfg.seed, cfg.max_size, cfg.task, cfg.alpha, cfg.max_response_tokens,
                          cfg.uniform)
+    if cfg.tail:
+        full = full + tail_sequences(tok, round(cfg.tail * cfg.num_examples), cfg.seed, cfg.max_size + 1,
+                                     cfg.tail_max_size)
     phases = [(full, cfg.steps - cfg.short_steps)]
     if cfg.short_steps:  # the curriculum's first phase: short problems only
         short = sft_sequences(tok, cfg.num_examples, cfg.seed, min(cfg.short_max_size, cfg.max_size), cfg.task,
