@@ -14,6 +14,12 @@ def positive(key: str, value: float, allow_zero: bool = False) -> None:
         raise ConfigError(f"{key}={value} must be {'>= 0' if allow_zero else '> 0'}")
 
 
+def share(key: str, value: float, meaning: str = "") -> None:
+    """A fraction in [0, 1] (NaN fails too); `meaning` is added to the message, e.g. " (a share of sft.num_examples)"."""
+    if not 0.0 <= value <= 1.0:
+        raise ConfigError(f"{key} must be in [0, 1]{meaning}, got {value}")
+
+
 # peft's names of the Llama/Qwen linear layers: attention and MLP projections (not the LM head)
 LORA_ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 

@@ -20,6 +20,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
+from ulorl.config.checks import share
 from ulorl.config.loader import ConfigError, build, check_choice
 from ulorl.reward.extract import EXTRACTORS
 from ulorl.reward.judge import DEFAULT_JUDGE_PROMPT, JudgeMode, check_prompt_template
@@ -143,8 +144,7 @@ class RewardConfig:
                 raise ConfigError(f"reward.fns: names {dup} appear twice; give each entry its own 'name'")
         else:
             check_fn(self.fn, RewardStyle.AUTO.value, "reward.fn")
-        if not 0.0 <= self.max_error_frac <= 1.0:
-            raise ConfigError(f"reward.max_error_frac must be in [0, 1], got {self.max_error_frac}")
+        share("reward.max_error_frac", self.max_error_frac)
         if not self.timeout_s > 0:
             raise ConfigError(f"reward.timeout_s must be > 0, got {self.timeout_s}")
         if not self.startup_timeout_s > 0:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ulorl.config.checks import positive
+from ulorl.config.checks import positive, share
 from ulorl.config.loader import ConfigError, check_choice
 from ulorl.tasks import BuiltinTask
 from ulorl.tasks.odometer import MAX_STEPS as ODOMETER_MAX_STEPS
@@ -55,20 +55,17 @@ class SFTConfig:
         positive("sft.head_lines", self.head_lines)
         if self.head_max_size is not None:
             positive("sft.head_max_size", self.head_max_size)
-        if not 0.0 <= self.heads <= 1.0:
-            raise ConfigError(f"sft.heads must be in [0, 1] (a share of sft.num_examples), got {self.heads}")
+        share("sft.heads", self.heads, " (a share of sft.num_examples)")
         if self.heads and self.task != BuiltinTask.ODOMETER.value:
             raise ConfigError(f"sft.heads is for task builtin:odometer (lines of a fixed width), not {self.task}")
-        if not 0.0 <= self.tail <= 1.0:
-            raise ConfigError(f"sft.tail must be in [0, 1] (a share of sft.num_examples), got {self.tail}")
+        share("sft.tail", self.tail, " (a share of sft.num_examples)")
         if self.tail:
             if self.task != BuiltinTask.ODOMETER.value:
                 raise ConfigError(f"sft.tail is for task builtin:odometer (sizes from a lower bound), not {self.task}")
             if self.tail_max_size is None or not self.max_size < self.tail_max_size <= ODOMETER_MAX_STEPS:
                 raise ConfigError(f"sft.tail needs sft.tail_max_size in (sft.max_size={self.max_size}, "
                                   f"{ODOMETER_MAX_STEPS}], got {self.tail_max_size}")
-        if not 0.0 <= self.uniform <= 1.0:
-            raise ConfigError(f"sft.uniform must be in [0, 1], got {self.uniform}")
+        share("sft.uniform", self.uniform)
         if self.short_steps > self.steps:
             raise ConfigError(f"sft.short_steps={self.short_steps} is more than sft.steps={self.steps}")
         check_choice("sft.task", self.task, BuiltinTask)
