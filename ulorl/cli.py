@@ -106,12 +106,23 @@ def format_summary(s: dict) -> str:
     if s.get("staleness_hist"):
         lines.append("trained samples by staleness (versions behind the updated policy): " + "  ".join(
             f"{k}: {v}" for k, v in s["staleness_hist"].items()))
+    if s.get("phase_s"):
+        from ulorl.run.report import PHASES
+
+        lines.append("time: " + ", ".join(f"{PHASES.get(k, k)} {_clock(v)}" for k, v in s["phase_s"].items()) +
+                     (f"; this process {_clock(s['wall_s'])}" if "wall_s" in s else ""))
     mem = s.get("peak_rss_mib") or {}
     if mem:
         extra = f"   checkpoint {s['checkpoint_mib']:.1f} MiB" if "checkpoint_mib" in s else ""
         lines.append("peak RSS: " + ", ".join(f"{k} {v:.0f} MiB" for k, v in mem.items()) + extra)
     lines.append(f"run folder: {s['run_dir']}  (metrics.jsonl, samples.jsonl, checkpoints/, config.yaml)")
     return "\n".join(lines)
+
+
+def _clock(seconds: float) -> str:
+    """`75.4` -> `1:15`."""
+    m, sec = divmod(round(seconds), 60)
+    return f"{m}:{sec:02d}"
 
 
 def _paired(p: dict) -> str:

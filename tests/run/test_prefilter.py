@@ -101,6 +101,8 @@ def test_a_run_drops_too_easy_problems_and_resumes_from_its_decision(tmp_path, t
     summary = json.loads((run / "summary.json").read_text())
     assert summary["prefilter"]["kept_rows"] == len(hard) and summary["prefilter"]["rows"] == len(rows)
     assert f"RL drew from {len(hard)} of {len(rows)} training rows" in out
+    assert list(summary["phase_s"]) == ["start", "prefilter", "rl_steps", "checkpoints"]  # no warm start, no eval
+    assert "time: start-up 0:" in out and ", prefilter 0:" in out and "; this process 0:" in out
     drawn = {json.loads(line)["prompt_id"] for line in (run / "samples.jsonl").read_text().splitlines()}
     assert drawn and drawn <= {rows[i].prompt_id for i in hard}
 

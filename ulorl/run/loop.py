@@ -26,12 +26,13 @@ from ulorl.run.export import EXPORT_DIR, export_checkpoint
 from ulorl.run.held_out import reference_eval
 from ulorl.run.report import overlap_metrics, record_trained, step_metrics, summarize
 from ulorl.run.scoring import RewardScorer
-from ulorl.run.session import TrainSession, open_session
+from ulorl.run.session import TrainSession, add_phase_time, open_session
 from ulorl.run.signals import StopOnSignal
 from ulorl.run.stall import StallError, stall_error  # noqa: F401  (StallError: the CLI's one-line user error)
 
 
 def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
+    started = time.perf_counter()
     session = open_session(cfg, run_dir, resume)
     stop = StopOnSignal()
     try:
@@ -55,7 +56,7 @@ def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
                             unfinished=int(metrics["rollout/unfinished_pool"]),
                             exp=int(metrics["rollout/experience_pool"]))
             if stop.requested or (cfg.checkpoint.every and step % cfg.checkpoint.every == 0):
-                session.save()
+                save(session)
         bar.close()
         if stop.requested:
             say(f"stopped by signal at step {session.step}; checkpoint saved in {session.ckpt_root}")
@@ -63,8 +64,8 @@ def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
         else:
             if session.eval_prompts and "after" not in session.history["eval"]:
                 session.history["eval"]["after"] = evaluate_policy(session, "after")
-            final = session.save()
-            summary = summarize(session, final)
+            final = save(session)
+            summary = summarize(session, final, wall_s=time.perf_counter() - started)
             if cfg.checkpoint.export:  # a plain HF folder (LoRA merged) of the final checkpoint: RUN/export
                 summary["export_dir"] = str(export_checkpoint(final, session.run_dir / EXPORT_DIR))
         atomic_write_text(session.run_dir / "summary.json", json.dumps(summary, indent=1))  # the folder is locked
@@ -124,6 +125,7 @@ def train_step(session: TrainSession) -> dict:
     if not skipped:
         record_trained(session.history, batch, staleness)
     metrics = step_metrics(session, batch, update, counts, update_s, time.time() - started)
+    add_phase_time(session.history, "rl_steps", metrics["timing_s/step"])
     if counters["bad_steps"] >= cfg.train.max_bad_steps:
         session.loggers.log(metrics, session.step)
         path = session.save()
@@ -162,10 +164,21 @@ def evaluate_policy(session: TrainSession, label: str) -> dict:
     `eval.reference`, the exact P(worked solution) of each problem too (`ulorl.run.held_out`)."""
     from ulorl.evaluation import evaluate
 
+    started = time.perf_counter()
     res = evaluate(session.engine, session.tokenizer, session.eval_prompts, session.cfg.eval,
                    session.reward.score, progress=session.cfg.logging.progress)
     session.history.setdefault("eval_correct", {})[label] = [p["correct"] for p in res.per_problem]
     summary = dict(res.summary)
     if session.cfg.eval.reference:
         summary.update(reference_eval(session, label))
+    add_phase_time(session.history, f"eval_{label}" if label in ("before", "after") else "eval_steps",
+                   time.perf_counter() - started)
     return summary
+
+
+def save(session: TrainSession):
+    """`session.save()`, its time counted in the run's phase times."""
+    started = time.perf_counter()
+    path = session.save()
+    add_phase_time(session.history, "checkpoints", time.perf_counter() - started)
+    return path

@@ -93,9 +93,16 @@ def by_number(hist: dict[str, int]) -> dict[str, int]:
     return dict(sorted(hist.items(), key=lambda kv: int(kv[0])))
 
 
-def summarize(session: TrainSession, checkpoint=None) -> dict:
+# the phases of a run whose seconds the summary gives (`phase_s`, in this order), with their names in the console
+PHASES = {"warm_start": "SFT warm start", "start": "start-up", "prefilter": "prefilter",
+          "eval_before": "evaluation before", "rl_steps": "RL steps", "eval_steps": "evaluations during RL",
+          "checkpoints": "checkpoints", "eval_after": "evaluation after"}
+
+
+def summarize(session: TrainSession, checkpoint=None, wall_s: float | None = None) -> dict:
     """The run's summary (also `summary.json`): held-out before/after with the paired comparison, trained
-    samples' lengths, segments and staleness, peak memory and the last checkpoint's size."""
+    samples' lengths, segments and staleness, peak memory, the last checkpoint's size, and the time in each
+    phase (`phase_s`, in `PHASES` order) beside this process's wall-clock time (`wall_s`)."""
     ev, correct, h = session.history["eval"], session.history.get("eval_correct", {}), session.history
     paired = paired_long = reference = None
     if "before" in correct and "after" in correct and len(correct["before"]) > 1:
@@ -128,6 +135,10 @@ def summarize(session: TrainSession, checkpoint=None) -> dict:
                                          for k, v in out["segments_hist"].items()}
         eos = h.get("trained_eos_at_least", {})
         out["trained_eos_at_least"] = {str(n): eos.get(str(n), 0) for n in LONG_EOS_TOKENS}
+    times = h.get("phase_s", {})
+    out["phase_s"] = {p: round(times[p], 1) for p in PHASES if p in times}
+    if wall_s is not None:
+        out["wall_s"] = round(wall_s, 1)
     out["peak_rss_mib"] = peak_rss_mib(session)
     out["cpu_numerics"] = numerics_report(session.cfg.train.cpu_numerics)
     if checkpoint is not None:

@@ -85,10 +85,38 @@ def _open_locked(cfg: RunConfig, run_dir: Path, resume: str | None) -> TrainSess
         say(note)
     if decision.error is not None:
         raise decision.error
-    if decision.checkpoint is None:
-        set_aside_earlier_run(run_dir)
-        return TrainSession(cfg, run_dir, prepare_model(cfg, run_dir))
-    return TrainSession(cfg, run_dir, str(decision.checkpoint["model_dir"]), decision.checkpoint)
+    started = time.perf_counter()
+    if decision.checkpoint is not None:
+        session = TrainSession(cfg, run_dir, str(decision.checkpoint["model_dir"]), decision.checkpoint)
+        add_phase_time(session.history, "start", time.perf_counter() - started)
+        return session
+    set_aside_earlier_run(run_dir)
+    making = cfg.model.warm_start != "none" and warm_start_model(run_dir) is None
+    policy = prepare_model(cfg, run_dir)
+    warm_start_s, started = time.perf_counter() - started, time.perf_counter()
+    session = TrainSession(cfg, run_dir, policy)
+    prefilter = session.history["prefilter"]  # decided in the constructor ({}: data.prefilter off)
+    prefilter_s = prefilter.get("seconds", 0.0)
+    for phase, seconds, done in (("warm_start", warm_start_s, making), ("prefilter", prefilter_s, bool(prefilter)),
+                                 ("start", max(0.0, time.perf_counter() - started - prefilter_s), True)):
+        if done:
+            add_phase_time(session.history, phase, seconds)
+    return session
+
+
+def add_phase_time(history: dict, phase: str, seconds: float) -> None:
+    """Add `seconds` to the run's time in `phase` (`history["phase_s"]`, kept in checkpoints: a resumed run adds its
+    own start and the work it does to what its checkpoint holds; work lost after the last checkpoint is not
+    counted, and its redoing is)."""
+    times = history.setdefault("phase_s", {})
+    times[phase] = times.get(phase, 0.0) + seconds
+
+
+def add_phase_time(history: dict, phase: str, seconds: float) -> None:
+    """Add `seconds` to the run's time in `phase` (`history["phase_s"]`: kept in checkpoints, so a resumed run
+    sums its processes' kept work; the work after a crash's last checkpoint counts again when it is redone)."""
+    times = history.setdefault("phase_s", {})
+    times[phase] = times.get(phase, 0.0) + seconds
 
 
 def prepare_model(cfg: RunConfig, run_dir: Path) -> str:
@@ -99,7 +127,7 @@ def prepare_model(cfg: RunConfig, run_dir: Path) -> str:
     for stale in run_dir.glob("warm_start.tmp-*"):  # a warm start killed half-way: never used, redone
         say(f"removing {stale}: an interrupted SFT warm start")
         shutil.rmtree(stale, ignore_errors=True)
-    if (done / "config.json").exists() and (done / "model.safetensors").exists():  # made by an atomic rename
+    if warm_start_model(run_dir):
         say(f"reusing the SFT warm start in {done}")
         return str(done)
     tmp = run_dir / f"warm_start.tmp-{os.getpid()}"
@@ -109,6 +137,12 @@ def prepare_model(cfg: RunConfig, run_dir: Path) -> str:
     shutil.rmtree(run_dir / "warm_start", ignore_errors=True)
     os.replace(tmp, run_dir / "warm_start")
     return str(done)
+
+
+def warm_start_model(run_dir: Path) -> Path | None:
+    """The run folder's complete SFT warm start (made by an atomic rename), or None."""
+    done = run_dir / "warm_start" / "model"
+    return done if (done / "config.json").exists() and (done / "model.safetensors").exists() else None
 
 
 # what a run writes into its folder; a fresh start moves an earlier run's copies aside (never truncates them).

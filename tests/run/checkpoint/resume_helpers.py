@@ -91,7 +91,10 @@ def assert_same_weights(a: dict[str, torch.Tensor], b: dict[str, torch.Tensor]) 
 
 
 def state(checkpoint: Path) -> dict:
-    return json.loads((checkpoint / "state.json").read_text())
+    """state.json without the history's wall-clock phase times (`phase_s`)."""
+    s = json.loads((checkpoint / "state.json").read_text())
+    s["history"].pop("phase_s", None)
+    return s
 
 
 def pools(checkpoint: Path) -> dict:

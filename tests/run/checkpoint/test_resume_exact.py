@@ -9,6 +9,7 @@ prompt draws per empty round, the data also runs out in the middle of steps.
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -16,6 +17,7 @@ from tests.run.checkpoint import resume_helpers as R
 import torch
 
 from ulorl.run.loop import train
+from ulorl.run.report import PHASES
 
 N = 8
 
@@ -28,6 +30,8 @@ def reference(eos_model, tmp_path_factory):
     summary = train(R.config(eos_model, f"train.steps={N}", f"checkpoint.keep={N}"), run)
     torch.set_num_threads(old)
     assert summary["steps"] == N
+    # one process: its phases are parts of its wall-clock time
+    assert summary["phase_s"]["rl_steps"] > 0 and sum(summary["phase_s"].values()) <= summary["wall_s"] + 0.5
     return run
 
 
@@ -49,6 +53,7 @@ def test_interrupted_and_resumed_run_equals_uninterrupted_run(reference, eos_mod
     run = tmp_path / "run"
     first = train(R.config(eos_model, f"train.steps={k}"), run)
     assert first["steps"] == k
+    first_times = json.loads((run / "history.json").read_text())["phase_s"]
     at_k = run / "checkpoints" / f"step_{k:06d}"
     ref_k = reference / "checkpoints" / f"step_{k:06d}"
     # the stopped run's checkpoint holds exactly the reference's state at step k
@@ -77,6 +82,13 @@ def test_interrupted_and_resumed_run_equals_uninterrupted_run(reference, eos_mod
     assert len(ids) == len(set(ids)), "a sample was trained twice"
     assert trained == R.samples(reference)
     assert R.state(end)["prompt_source"]["epoch"] >= 2  # the data ran out, and was wrapped, during the run
+
+    # phase times: both processes' start-ups and every step's time (metrics.jsonl holds the steps of both)
+    times = json.loads((run / "history.json").read_text())["phase_s"]  # unrounded
+    assert times["start"] > first_times["start"] > 0
+    steps_s = sum(row["timing_s/step"] for row in R.read_jsonl(run / "metrics.jsonl"))
+    assert times["rl_steps"] == pytest.approx(steps_s, rel=1e-12)
+    assert list(second["phase_s"]) == [p for p in PHASES if p in times] and "warm_start" not in times
 
 
 def test_resume_after_the_last_step_runs_nothing_and_keeps_the_result(reference, eos_model, tmp_path):

@@ -145,6 +145,7 @@ def test_resume_auto_without_a_complete_checkpoint_starts_from_the_beginning(eos
     assert "no complete checkpoint" in out and "starting from the beginning" in out
     assert "step_000001.tmp-999" in out and "interrupted SFT warm start" in out
     assert summary["steps"] == 1
+    assert summary["phase_s"]["warm_start"] > 0  # the SFT ran in this process
     assert not (run / "warm_start.tmp-999").exists() and (run / "warm_start" / "model" / "config.json").exists()
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["latest", "step_000001"]
     assert [m["step"] for m in R.metrics(run)] == [1] and "x" not in R.metrics(run)[0]

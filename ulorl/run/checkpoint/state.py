@@ -44,8 +44,11 @@ def save_fingerprint(step: int, state: dict) -> tuple:
 
     The weights, optimizer and pools only change inside a step, so (step, `state`, every RNG) identifies
     the checkpoint; a save whose fingerprint equals the last one's, while that folder exists, is skipped
-    (e.g. the final save after an end-of-run evaluation that drew no random numbers)."""
+    (e.g. the final save after an end-of-run evaluation that drew no random numbers). The history's phase
+    times (`phase_s`) are left out: they grow with every save itself."""
     torch_rng = torch_rng_state()
+    if "phase_s" in state.get("history", {}):
+        state = {**state, "history": {k: v for k, v in state["history"].items() if k != "phase_s"}}
     return (step, json.dumps(state), json.dumps(rng_state()),
             [t.numpy().tobytes() for t in [torch_rng["cpu"], *torch_rng.get("cuda", [])]])
 
