@@ -9,7 +9,8 @@
    never redone), else `model.path` or the SFT warm start (`model.warm_start=sft`), made once in the run
    folder and reused while complete;
 4. `TrainSession`: loads that policy, builds the parts of the run (by the plain functions at the end
-   of this file, in the order the constructor calls them), restores the checkpoint.
+   of this file, in the order the constructor calls them), restores the checkpoint. The seconds of the
+   warm start, the prefilter and the rest of the start go into the history's phase times (`add_phase_time`).
 
 The loop (`ulorl.run.loop`) reads and updates the session, so every piece that a checkpoint must hold
 is in one place: model, optimizer (in the learner), prompt cursor, rollout rounds, both pools,
@@ -108,13 +109,6 @@ def add_phase_time(history: dict, phase: str, seconds: float) -> None:
     """Add `seconds` to the run's time in `phase` (`history["phase_s"]`, kept in checkpoints: a resumed run adds its
     own start and the work it does to what its checkpoint holds; work lost after the last checkpoint is not
     counted, and its redoing is)."""
-    times = history.setdefault("phase_s", {})
-    times[phase] = times.get(phase, 0.0) + seconds
-
-
-def add_phase_time(history: dict, phase: str, seconds: float) -> None:
-    """Add `seconds` to the run's time in `phase` (`history["phase_s"]`: kept in checkpoints, so a resumed run
-    sums its processes' kept work; the work after a crash's last checkpoint counts again when it is redone)."""
     times = history.setdefault("phase_s", {})
     times[phase] = times.get(phase, 0.0) + seconds
 
