@@ -86,22 +86,22 @@ def _open_locked(cfg: RunConfig, run_dir: Path, resume: str | None) -> TrainSess
         say(note)
     if decision.error is not None:
         raise decision.error
-    started = time.perf_counter()
     if decision.checkpoint is not None:
+        started = time.perf_counter()
         session = TrainSession(cfg, run_dir, str(decision.checkpoint["model_dir"]), decision.checkpoint)
         add_phase_time(session.history, "start", time.perf_counter() - started)
         return session
     set_aside_earlier_run(run_dir)
-    making = cfg.model.warm_start != "none" and warm_start_model(run_dir) is None
-    policy = prepare_model(cfg, run_dir)
-    warm_start_s, started = time.perf_counter() - started, time.perf_counter()
+    policy, warm_start_s = prepare_model(cfg, run_dir)
+    started = time.perf_counter()
     session = TrainSession(cfg, run_dir, policy)
     prefilter = session.history["prefilter"]  # decided in the constructor ({}: data.prefilter off)
     prefilter_s = prefilter.get("seconds", 0.0)
-    for phase, seconds, done in (("warm_start", warm_start_s, making), ("prefilter", prefilter_s, bool(prefilter)),
-                                 ("start", max(0.0, time.perf_counter() - started - prefilter_s), True)):
-        if done:
-            add_phase_time(session.history, phase, seconds)
+    if warm_start_s is not None:
+        add_phase_time(session.history, "warm_start", warm_start_s)
+    if prefilter:
+        add_phase_time(session.history, "prefilter", prefilter_s)
+    add_phase_time(session.history, "start", max(0.0, time.perf_counter() - started - prefilter_s))
     return session
 
 
@@ -113,30 +113,26 @@ def add_phase_time(history: dict, phase: str, seconds: float) -> None:
     times[phase] = times.get(phase, 0.0) + seconds
 
 
-def prepare_model(cfg: RunConfig, run_dir: Path) -> str:
-    """Path of the policy a fresh run starts RL from: `model.path`, or the SFT warm start (made once, atomically)."""
+def prepare_model(cfg: RunConfig, run_dir: Path) -> tuple[str, float | None]:
+    """Path of the policy a fresh run starts RL from: `model.path`, or the SFT warm start (made once, atomically);
+    and the seconds of the SFT when this call made it (None: `model.path`, or a warm start reused)."""
     if cfg.model.warm_start == "none":
-        return cfg.model.path
+        return cfg.model.path, None
     done = run_dir / "warm_start" / "model"
     for stale in run_dir.glob("warm_start.tmp-*"):  # a warm start killed half-way: never used, redone
         say(f"removing {stale}: an interrupted SFT warm start")
         shutil.rmtree(stale, ignore_errors=True)
-    if warm_start_model(run_dir):
+    if (done / "config.json").exists() and (done / "model.safetensors").exists():  # made by an atomic rename
         say(f"reusing the SFT warm start in {done}")
-        return str(done)
+        return str(done), None
+    started = time.perf_counter()
     tmp = run_dir / f"warm_start.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
     say(f"SFT warm start ({cfg.sft.steps} steps) -> {run_dir / 'warm_start'}")
     run_sft(cfg.model, cfg.sft, tmp, progress=cfg.logging.progress)
     shutil.rmtree(run_dir / "warm_start", ignore_errors=True)
     os.replace(tmp, run_dir / "warm_start")
-    return str(done)
-
-
-def warm_start_model(run_dir: Path) -> Path | None:
-    """The run folder's complete SFT warm start (made by an atomic rename), or None."""
-    done = run_dir / "warm_start" / "model"
-    return done if (done / "config.json").exists() and (done / "model.safetensors").exists() else None
+    return str(done), time.perf_counter() - started
 
 
 # what a run writes into its folder; a fresh start moves an earlier run's copies aside (never truncates them).
