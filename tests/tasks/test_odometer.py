@@ -233,6 +233,57 @@ def test_sft_curriculum_trains_short_problems_first(monkeypatch, tmp_path):
     assert max(seen[8:]) > 39  # then the full law
 
 
+def test_short_phase_goes_on_until_its_loss_is_low_and_no_further_than_its_cap(monkeypatch, tmp_path, capsys):
+    import json
+    import types
+
+    from ulorl.config import ConfigError, ModelConfig, SFTConfig
+    from ulorl.run import sft as sft_mod
+
+    base = dict(task="builtin:odometer", steps=10, short_steps=4, short_max_size=5, max_size=40, alpha=0.5,
+                bucketed=True, batch_tokens=512, batch_size=4, num_examples=40, lr=1e-3, warmup_steps=2)
+    for bad, match in [(dict(short_until_loss=0.1), "short_max_steps"),
+                       (dict(short_until_loss=0.1, short_max_steps=3), "at least sft.short_steps=4"),
+                       (dict(short_max_steps=8), "short_until_loss"),
+                       (dict(short_until_loss=0.1, short_max_steps=8, short_steps=0), "short_steps > 0"),
+                       (dict(short_until_loss=-1.0, short_max_steps=8), "short_until_loss")]:
+        with pytest.raises(ConfigError, match=match):
+            SFTConfig(**{**base, **bad})
+
+    # the rule by hand: the mean of the last SHORT_LOSS_WINDOW losses against the bound
+    cfg = SFTConfig(**base, short_until_loss=0.5, short_max_steps=6)
+    bar = types.SimpleNamespace(total=10)
+    high = [0.0] * 50 + [1.0] * sft_mod.SHORT_LOSS_WINDOW  # only the window counts: its mean is 1.0
+    assert sft_mod._short_phase_goes_on(high, 4, cfg, bar) and bar.total == 11
+    assert "1.0000 >= sft.short_until_loss=0.5" in capsys.readouterr().out
+    low = [1.0] * 50 + [0.6] * (sft_mod.SHORT_LOSS_WINDOW // 2) + [0.3] * (sft_mod.SHORT_LOSS_WINDOW // 2)
+    assert not sft_mod._short_phase_goes_on(low, 5, cfg, bar) and bar.total == 11  # mean 0.45 < 0.5
+    assert "ends after 5 steps" in capsys.readouterr().out
+    assert not sft_mod._short_phase_goes_on(high, 6, cfg, bar)  # the cap
+    assert "stops at sft.short_max_steps=6" in capsys.readouterr().out
+    assert not sft_mod._short_phase_goes_on(high, 4, SFTConfig(**base), bar)  # no bound: short_steps only
+
+    def train(out, **extra):
+        sft_mod.run_sft(ModelConfig(path="builtin:long"), SFTConfig(**base, **extra), out, progress=False)
+        rows = [json.loads(line) for line in open(out / "metrics.jsonl")]
+        return rows, (out / "model" / "model.safetensors").read_bytes()
+
+    plain, plain_weights = train(tmp_path / "plain")
+    assert [r["sft/phase"] for r in plain] == ["short"] * 4 + ["full"] * 6
+    # a bound every loss meets: the same steps, the same weights
+    met, met_weights = train(tmp_path / "met", short_until_loss=100.0, short_max_steps=8)
+    assert met_weights == plain_weights and len(met) == 10
+    # a bound no loss meets: the short phase runs to its cap with the schedule held, then the full phase's 6 steps
+    never, _ = train(tmp_path / "never", short_until_loss=1e-9, short_max_steps=7)
+    assert [r["sft/phase"] for r in never] == ["short"] * 7 + ["full"] * 6
+    assert [r["step"] for r in never] == list(range(1, 14))
+    lrs = [r["sft/lr"] for r in never]
+    cfg = SFTConfig(**base)
+    assert lrs[:4] == [sft_mod.lr_at(s, cfg) for s in range(4)] and lrs[4:7] == [lrs[3]] * 3
+    assert lrs[7:] == [sft_mod.lr_at(s, cfg) for s in range(4, 10)] == [r["sft/lr"] for r in plain[4:]]
+    assert [r["sft/loss"] for r in never[:4]] == [r["sft/loss"] for r in plain[:4]]
+
+
 def test_diagnose_finds_the_first_wrong_line_and_sorts_wrong_answers_by_line_count():
     from ulorl.tasks.odometer import diagnose, solution_lines
 

@@ -29,6 +29,12 @@ class SFTConfig:
     # examples, same size law), so that the per-step rule is learnt where no shortcut is (docs/long_run.md)
     short_steps: int = 0
     short_max_size: int = 20
+    # with short_until_loss, the short phase goes on past short_steps (the schedule's lr held) while the mean loss
+    # of its last 100 steps is at least this, up to short_max_steps in all; then the full phase's steps - short_steps.
+    # When the table is learnt in short_steps nothing changes; a rounding that learns it late gets more short steps
+    # (docs/long_run.md)
+    short_until_loss: float | None = None
+    short_max_steps: int | None = None
     # heads: a share of extra examples (heads x num_examples, in both phases) that are the first head_lines lines of
     # problems of any size (uniform on [2, head_max_size]), without EOS. A whole long solution holds one instance of its
     # first lines; held-out long answers failed there (the start value and the first table steps at a large counter;
@@ -68,6 +74,16 @@ class SFTConfig:
         share("sft.uniform", self.uniform)
         if self.short_steps > self.steps:
             raise ConfigError(f"sft.short_steps={self.short_steps} is more than sft.steps={self.steps}")
+        if self.short_until_loss is not None:
+            positive("sft.short_until_loss", self.short_until_loss)
+            if not self.short_steps:
+                raise ConfigError("sft.short_until_loss extends the short phase: it needs sft.short_steps > 0")
+            if self.short_max_steps is None or self.short_max_steps < self.short_steps:
+                raise ConfigError(f"sft.short_until_loss needs sft.short_max_steps, the short phase's most steps, at "
+                                  f"least sft.short_steps={self.short_steps}; got {self.short_max_steps}")
+        elif self.short_max_steps is not None:
+            raise ConfigError("sft.short_max_steps caps the steps that sft.short_until_loss adds; set that too, "
+                              "or leave both out")
         check_choice("sft.task", self.task, BuiltinTask)
         for k in ("alpha", "max_response_tokens"):
             if getattr(self, k) is not None:

@@ -10,7 +10,10 @@ task is local, a prefix of a long solution teaches the step at counter values th
 only long problems reach, for a fraction of the tokens. With `sft.short_steps`, the
 first steps train only on problems of at most `sft.short_max_size` steps (a
 curriculum: the long run's warm start learns odometer's addition table there, where
-no shortcut through earlier lines exists; docs/long_run.md), then on the full law.
+no shortcut through earlier lines exists; docs/long_run.md), then on the full law. With
+`sft.short_until_loss`, the short phase goes on past `sft.short_steps` (the learning rate held)
+until the mean loss of its last 100 steps is under that bound, or `sft.short_max_steps`: when
+the table is learnt is the machine's rounding's draw, and the full phase must not start before.
 With `sft.heads`, both phases also train on the first `sft.head_lines` lines of problems of
 every size (`head_sequences`): a long answer's first lines, which a whole long solution
 teaches once per thousands of tokens. With `sft.tail`, the full-law phase also trains on a few whole
@@ -34,11 +37,13 @@ from tqdm.auto import tqdm
 
 from ulorl.config import ModelConfig, SFTConfig
 from ulorl.models import load_model, load_tokenizer
+from ulorl.run.console import say
 from ulorl.tasks import BuiltinTask, task_rows
 
 SFT_SEED_OFFSET = 7919  # SFT problems never share a seed with the RL train/eval splits
 HEADS_SEED_OFFSET = 104729  # the heads' problems are not the whole solutions' problems
 TAIL_SEED_OFFSET = 130363  # nor the tail's
+SHORT_LOSS_WINDOW = 100  # `sft.short_until_loss` compares the mean loss of the short phase's last this many steps
 
 
 def sft_sequences(tokenizer, n: int, seed: int, max_size: int, task: str = BuiltinTask.CHAIN.value,
@@ -134,54 +139,82 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
     if cfg.tail:
         full = full + tail_sequences(tok, round(cfg.tail * cfg.num_examples), cfg.seed, cfg.max_size + 1,
                                      cfg.tail_max_size)
-    phases = [(full, cfg.steps - cfg.short_steps)]
+    phases = [(full, cfg.steps - cfg.short_steps, False)]  # (examples, planned steps, the short phase?)
     if cfg.short_steps:  # the curriculum's first phase: short problems only
         short = sft_sequences(tok, cfg.num_examples, cfg.seed, min(cfg.short_max_size, cfg.max_size), cfg.task,
                               cfg.alpha, cfg.max_response_tokens, cfg.uniform)
-        phases.insert(0, (short, cfg.short_steps))
+        phases.insert(0, (short, cfg.short_steps, True))
     if cfg.heads:
         heads = head_sequences(tok, round(cfg.heads * cfg.num_examples), cfg.seed, cfg.head_max_size or cfg.max_size,
                                cfg.head_lines)
-        phases = [(data + heads, n) for data, n in phases]
+        phases = [(data + heads, n, is_short) for data, n, is_short in phases]
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
     gen = torch.Generator().manual_seed(cfg.seed)
-    schedule = []  # (examples, their length buckets) of every step
-    for data, n in phases:
-        batches = bucket_batches([len(p) + len(r) for p, r in data], cfg.batch_tokens, cfg.batch_size)
-        schedule += [(data, batches)] * n
-    order: list[int] = []
     model.train()
-    losses = []
+    losses: list[float] = []
     t0 = time.time()
     with open(out / "metrics.jsonl", "w") as log, tqdm(total=cfg.steps, desc="sft", disable=not progress) as bar:
-        for step in range(cfg.steps):
-            data, batches = schedule[step]
-            if step == cfg.short_steps and step:
-                order = []  # the full data's first epoch starts here
-            if cfg.bucketed:
-                if not order:  # a new epoch over the buckets, in random order
-                    order = torch.randperm(len(batches), generator=gen).tolist()
-                idx = batches[order.pop()]
-            else:
-                idx = torch.randint(len(data), (cfg.batch_size,), generator=gen).tolist()
-            ids, attn, labels = _batch([data[i] for i in idx], tok.pad_token_id)
-            for g in opt.param_groups:
-                g["lr"] = lr_at(step, cfg)
-            loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            losses.append(loss.item())
-            log.write(json.dumps({"step": step + 1, "sft/loss": losses[-1], "sft/lr": lr_at(step, cfg),
-                                  "timing_s/elapsed": time.time() - t0}) + "\n")
-            bar.set_postfix(loss=f"{losses[-1]:.3f}")
-            bar.update()
+        for data, planned, is_short in phases:
+            batches = bucket_batches([len(p) + len(r) for p, r in data], cfg.batch_tokens, cfg.batch_size)
+            order: list[int] = []  # each phase's first epoch over the buckets starts with it
+            taken = 0
+            while taken < planned or (is_short and _short_phase_goes_on(losses, taken, cfg, bar)):
+                if cfg.bucketed:
+                    if not order:  # a new epoch over the buckets, in random order
+                        order = torch.randperm(len(batches), generator=gen).tolist()
+                    idx = batches[order.pop()]
+                else:
+                    idx = torch.randint(len(data), (cfg.batch_size,), generator=gen).tolist()
+                ids, attn, labels = _batch([data[i] for i in idx], tok.pad_token_id)
+                # the schedule holds at the short phase's last step while that phase goes on past it
+                lr = lr_at(min(taken, planned - 1) if is_short else cfg.short_steps + taken, cfg)
+                for g in opt.param_groups:
+                    g["lr"] = lr
+                loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+                opt.zero_grad(set_to_none=True)
+                loss.backward()
+                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                opt.step()
+                losses.append(loss.item())
+                taken += 1
+                log.write(json.dumps({"step": len(losses), "sft/loss": losses[-1], "sft/lr": lr,
+                                      "sft/phase": "short" if is_short else "full",
+                                      "timing_s/elapsed": time.time() - t0}) + "\n")
+                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+                bar.update()
     model_dir = out / "model"
     model.save_pretrained(model_dir, safe_serialization=True)
     tok.save_pretrained(model_dir)
     _plot_loss(losses, out / "loss.png")
     return model_dir
+
+
+def _short_phase_goes_on(losses: list[float], taken: int, cfg: SFTConfig, bar) -> bool:
+    """Past its `sft.short_steps`, the short phase goes on while the mean loss of its last `SHORT_LOSS_WINDOW` steps
+    is at least `sft.short_until_loss`, up to `sft.short_max_steps` (says so once when it goes on, once when done)."""
+    if cfg.short_until_loss is None:
+        return False
+    recent = _recent(losses)
+    if recent < cfg.short_until_loss:
+        if taken > cfg.short_steps:
+            say(f"sft: the short phase ends after {taken} steps, its loss over the last {SHORT_LOSS_WINDOW} steps "
+                f"{recent:.4f} < sft.short_until_loss={cfg.short_until_loss}")
+        return False
+    if taken >= cfg.short_max_steps:
+        say(f"sft: the short phase stops at sft.short_max_steps={cfg.short_max_steps}, its loss over the last "
+            f"{SHORT_LOSS_WINDOW} steps still {recent:.4f} >= sft.short_until_loss={cfg.short_until_loss}")
+        return False
+    if taken == cfg.short_steps:
+        say(f"sft: the short problems' loss over the last {SHORT_LOSS_WINDOW} steps is {recent:.4f} >= "
+            f"sft.short_until_loss={cfg.short_until_loss}: the short phase goes on (at most "
+            f"sft.short_max_steps={cfg.short_max_steps} steps)")
+    bar.total += 1
+    return True
+
+
+def _recent(losses: list[float]) -> float:
+    window = losses[-SHORT_LOSS_WINDOW:]
+    return sum(window) / len(window)
 
 
 def _plot_loss(losses: list[float], path: Path) -> None:
