@@ -233,7 +233,7 @@ def test_sft_curriculum_trains_short_problems_first(monkeypatch, tmp_path):
     assert max(seen[8:]) > 39  # then the full law
 
 
-def test_short_phase_goes_on_until_its_loss_is_low_and_no_further_than_its_cap(monkeypatch, tmp_path, capsys):
+def test_short_phase_goes_on_until_its_loss_is_low_and_no_further_than_its_cap(tmp_path, capsys):
     import json
     import types
 
