@@ -1,8 +1,10 @@
 """`ulorl.tasks.scoring.worked_solution`: the whole worked solution must match, not only the final answer."""
 
+from pathlib import Path
+
 import pytest
 
-from ulorl.config import RewardConfig
+from ulorl.config import RewardConfig, load_run_config
 from ulorl.reward import RewardManager
 from ulorl.tasks import task_rows
 from ulorl.tasks.odometer import OdometerProblem
@@ -53,3 +55,12 @@ def test_in_the_reward_workers_on_generated_rows():
     assert got.rewards == [1.0] * 6 + [0.0]
     with RewardManager(RewardConfig(fn="exact", num_workers=1)) as rm:  # the default reward takes the guess
         assert rm.score([skipped], truths[:1], ["ulorl/odometer"]) == [1.0]
+
+
+def test_the_long_config_rewards_only_the_worked_solution():
+    """configs/long.yaml trains with `worked_solution`: its reward refuses the lucky answer the default takes."""
+    cfg = load_run_config(Path(__file__).resolve().parents[2] / "configs" / "long.yaml")
+    lucky = "0 0 3 : 2 , 0 0 1 : 3 , 0 0 0 : 3 , answer 5"
+    with RewardManager(cfg.reward) as rm:
+        got = rm.score_detailed([SOLUTION, lucky], ["5", "5"], ["ulorl/odometer"] * 2, extra_infos=[INFO, INFO])
+    assert got.rewards == [1.0, 0.0]

@@ -10,8 +10,11 @@ right answers RL sees (in one 20-step run of `configs/long.yaml`, 26 of the 107 
 problems of >= 1,000 tokens were over 10% shorter or longer than the worked solution), and each one rewards
 the skip.
 `worked_solution` scores 1 only when the response, whitespace-normalised, equals the worked solution, and
-logs the final answer's correctness beside it (`answer_right`). Measured on that config (docs/long_run.md):
-it kept RL's gain at 2,048-4,096 tokens but lost 19 points at 256-1,023, so no config uses it.
+logs the final answer's correctness beside it (`answer_right`). `configs/long.yaml` trains and evaluates with
+it: from warm starts whose slips cancel out (wrong lines, right last value) RL with the final-answer reward gained
+nothing, and with this one it gained (docs/long_run.md, "The worked solution as the reward"). On an earlier
+version of that config (20 steps, lr 1e-4, no tail) it had kept RL's gain at 2,048-4,096 tokens but lost 19 points
+at 256-1,023.
 
 Deviation from the paper: UloRL's verifier checks the final answer only. This is a property of the
 synthetic task (every step is checkable), not of the method; a real data set keeps `rule`.
