@@ -11,10 +11,10 @@ problems of >= 1,000 tokens were over 10% shorter or longer than the worked solu
 the skip.
 `worked_solution` scores 1 only when the response, whitespace-normalised, equals the worked solution, and
 logs the final answer's correctness beside it (`answer_right`). `configs/long.yaml` trains and evaluates with
-it: from warm starts whose slips cancel out (wrong lines, right last value) RL with the final-answer reward gained
-nothing, and with this one it gained (docs/long_run.md, "The worked solution as the reward"). On an earlier
-version of that config (20 steps, lr 1e-4, no tail) it had kept RL's gain at 2,048-4,096 tokens but lost 19 points
-at 256-1,023.
+it: from warm starts that write lines off by one without the error reaching the last value, RL with the
+final-answer reward gained nothing, and with this one it gained (docs/long_run.md, "The worked solution as the
+reward"). On an earlier version of that config (20 steps, lr 1e-4, no tail) it had kept RL's gain at
+2,048-4,096 tokens but lost 19 points at 256-1,023.
 
 Deviation from the paper: UloRL's verifier checks the final answer only. This is a property of the
 synthetic task (every step is checkable), not of the method; a real data set keeps `rule`.
