@@ -13,6 +13,8 @@ from ulorl.tasks.scoring import worked_solution
 # add start 2 steps 0 0 3: x = 2, 2 + 2 = 4, 4 + 1 = 5, 5 + 0 = 5 (mod 11)
 SOLUTION = "0 0 3 : 2 , 0 0 2 : 4 , 0 0 1 : 5 , 0 0 0 : 5 , answer 5"
 INFO = {"solution": SOLUTION, "size": 3}
+# line 0 0 2 is skipped; the final value is then a guess, here the right one
+LUCKY = "0 0 3 : 2 , 0 0 1 : 3 , 0 0 0 : 3 , answer 5"
 
 
 def test_the_hand_written_solution_is_the_tasks():
@@ -26,9 +28,7 @@ def test_the_worked_solution_scores_one_whatever_the_spacing():
 
 
 def test_a_skipped_line_with_the_right_answer_scores_zero():
-    # line 0 0 2 is skipped; the final value is then a guess, here the right one
-    lucky = "0 0 3 : 2 , 0 0 1 : 3 , 0 0 0 : 3 , answer 5"
-    assert worked_solution("ulorl/odometer", lucky, "5", INFO) == {"score": 0.0, "answer_right": 1.0}
+    assert worked_solution("ulorl/odometer", LUCKY, "5", INFO) == {"score": 0.0, "answer_right": 1.0}
 
 
 def test_a_wrong_answer_and_an_unfinished_response_score_zero():
@@ -60,7 +60,6 @@ def test_in_the_reward_workers_on_generated_rows():
 def test_the_long_config_rewards_only_the_worked_solution():
     """configs/long.yaml trains with `worked_solution`: its reward refuses the lucky answer the default takes."""
     cfg = load_run_config(Path(__file__).resolve().parents[2] / "configs" / "long.yaml")
-    lucky = "0 0 3 : 2 , 0 0 1 : 3 , 0 0 0 : 3 , answer 5"
     with RewardManager(cfg.reward) as rm:
-        got = rm.score_detailed([SOLUTION, lucky], ["5", "5"], ["ulorl/odometer"] * 2, extra_infos=[INFO, INFO])
+        got = rm.score_detailed([SOLUTION, LUCKY], ["5", "5"], ["ulorl/odometer"] * 2, extra_infos=[INFO, INFO])
     assert got.rewards == [1.0, 0.0]
