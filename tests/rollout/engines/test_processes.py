@@ -73,6 +73,22 @@ def test_continued_rows_go_to_the_process_that_kept_them(model, pool):
     assert [o.prefill_tokens for o in b2] == [0] * 4 + [len(c) for c in cont[4:]]
 
 
+def test_rows_with_one_context_go_back_to_every_child_that_kept_one(model, pool):
+    """A group's samples are often the same tokens: four greedy copies of one prompt are kept two by each child,
+    and their four continuations resume there, two in each (not all four where the last copy was kept)."""
+    params = SamplingParams(greedy=True)
+    prompt = _prefixes(1)[0]
+    first = pool.generate([prompt] * 4 + _prefixes(3)[1:], 6, params, keep=True)
+    assert len({tuple(o.tokens) for o in first[:4]}) == 1
+    cont = [prompt + first[0].tokens] * 4 + _prefixes(3)[1:]
+    # copies 0 and 1 resume in child 0, which kept two of them, 2 and 3 in child 1; the new rows alternate
+    assert pool.assign(cont) == [[0, 1, 4], [2, 3, 5]]
+    out = pool.generate(cont, 4, params)
+    assert [o.resumed for o in out] == [True] * 4 + [False] * 2
+    assert [o.prefill_tokens for o in out[:4]] == [0] * 4
+    _same(TorchEngine(model, NEVER, max_batch=4, block_size=4).generate(cont, 4, params), out, atol=1e-4)
+
+
 def test_processes_follow_the_drivers_weights(tiny_model_dir):
     model = shaken_model(tiny_model_dir)
     eng = build_engine("torch", model, None, NEVER, torch=TorchEngineConfig(block_size=4, procs=2))

@@ -14,7 +14,9 @@ What stays as with one engine:
 - Sampling: a row's random stream is keyed by its position in the driver's call (`streams`), so each row samples
   the tokens one engine would (up to float rounding of logits computed beside other rows).
 - Kept K/V (`keep=True`, `kept_rows.py`): a row that continues a kept row goes to the child that kept it; every
-  other row goes to the child with the fewest rows, so a group's samples alternate between children.
+  other row goes to the child with the fewest rows, so a group's samples alternate between children. Kept rows
+  are counted one by one: the samples of a group are often the same tokens, and n rows with one context that
+  children kept n times go back to those children, as many to each as it kept.
 - Weights: the children load the driver model's weights, through shared-memory buffers, before the first call
   after any of its parameters changed (their version counters) and on `sync_weights`.
 
@@ -71,7 +73,8 @@ class ProcessEngine:
             self._conns.append(conn)
             self._procs.append(proc)
         self._stats = [EngineStats() for _ in range(procs)]
-        self._kept_by: dict[tuple[int, ...], int] = {}  # prefix a row continues from kept K/V -> the child keeping it
+        # prefix a row continues from kept K/V -> the children keeping such a row, one entry per kept row
+        self._kept_by: dict[tuple[int, ...], list[int]] = {}
 
     @property
     def procs(self) -> int:
@@ -94,24 +97,31 @@ class ProcessEngine:
             conn.send(("generate", [prefixes[i] for i in rows], max_new_tokens, params, seed, rows, keep,
                        progress is not None))
         outs: list[GenerationOutput | None] = [None] * len(prefixes)
-        kept_by = {}
+        kept_by: dict[tuple[int, ...], list[int]] = {}
         for k, (rows, (child_outs, stats)) in enumerate(zip(parts, self._gather(progress))):
             self._stats[k] = stats
             for i, out in zip(rows, child_outs):
                 outs[i] = out
                 if keep and not out.eos and len(out.tokens) == max_new_tokens:
-                    kept_by[tuple(prefixes[i] + out.tokens)] = k
+                    kept_by.setdefault(tuple(prefixes[i] + out.tokens), []).append(k)
         self._kept_by = kept_by
         return outs
 
     def assign(self, prefixes: list[list[int]]) -> list[list[int]]:
-        """Row indices per child, ascending: a row continuing a kept row goes where its K/V is, every other row to
-        the child with the fewest rows so far (the lowest index on ties)."""
+        """Row indices per child, ascending: a row continuing a kept row goes where its K/V is (rows with one
+        context take the children that kept it in order, one kept row each), every other row to the child with the
+        fewest rows so far (the lowest index on ties)."""
         parts: list[list[int]] = [[] for _ in self._conns]
         free = []
+        taken: dict[tuple[int, ...], int] = {}
         for i, p in enumerate(prefixes):
-            k = self._kept_by.get(tuple(p))
-            (free if k is None else parts[k]).append(i)
+            keepers = self._kept_by.get(key := tuple(p), ())
+            n = taken.get(key, 0)
+            if n < len(keepers):
+                taken[key] = n + 1
+                parts[keepers[n]].append(i)
+            else:
+                free.append(i)
         for i in free:
             min(parts, key=len).append(i)
         return [sorted(rows) for rows in parts]
