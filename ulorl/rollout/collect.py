@@ -92,7 +92,7 @@ class Collected:
 
     batch: list[Trajectory]  # exactly n_groups whole groups, group by group (`fill_pool`: empty)
     counts: Counter  # rounds, finished, new_prompts, reprefill, decoded, slots, prefill, prefill_padded, max_staleness,
-    # dropped_groups (dynamic sampling), reward_failed_groups, gen_s, reward_s
+    # dropped_groups (dynamic sampling), reward_failed_groups, gen_s, reward_s, procs_busy_s, procs_wait_s
     dropped: list[DroppedGroup] = field(default_factory=list)  # in the order the groups completed
 
 
@@ -153,7 +153,8 @@ def _fill(rollout: SegmentRollout, unfinished: UnfinishedPool, experience: Exper
         res = rollout.round(unfinished, settings.version, settings.step)
         counts.update(rounds=1, finished=len(res.finished), new_prompts=res.new_prompts,
                       reprefill=res.reprefill_tokens, decoded=res.decoded_tokens, slots=res.decode_slots,
-                      gen_s=time.time() - tg, prefill=res.prefill_tokens, prefill_padded=res.prefill_padded_tokens)
+                      gen_s=time.time() - tg, prefill=res.prefill_tokens, prefill_padded=res.prefill_padded_tokens,
+                      procs_busy_s=res.procs_busy_s, procs_wait_s=res.procs_wait_s)
         counts["max_staleness"] = max(counts["max_staleness"], res.max_staleness)
         tr = time.time()
         if res.finished:

@@ -47,6 +47,8 @@ class RoundResult:
     decode_slots: int  # batch rows x decode iterations of this round
     prefill_tokens: int = 0  # prefix tokens the engine prefilled (prompts + re-prefilled responses)
     prefill_padded_tokens: int = 0  # the same, padding included (engines that pad: hf)
+    procs_busy_s: float = 0.0  # engine processes (`rollout.torch.procs` > 1): children's seconds to their replies
+    procs_wait_s: float = 0.0  # ... and the seconds they waited for the slowest child (`ProcessEngine.stats`)
 
 
 class SegmentRollout:
@@ -77,6 +79,7 @@ class SegmentRollout:
         batch = continued + fresh
         st = self.engine.stats
         pre0, pad0 = st.prefill_tokens, st.prefill_padded_tokens
+        busy0, wait0 = st.extra.get("procs_busy_s", 0.0), st.extra.get("procs_wait_s", 0.0)
         keep = {"keep": True} if getattr(self.engine, "keeps_rows", False) else {}
         try:
             outs = self.engine.generate([t.prompt_tokens + t.response_tokens for t in batch], self.segment_len,
@@ -100,10 +103,13 @@ class SegmentRollout:
             finished.append(traj)
             staleness = max(staleness, version - traj.segments[0].version)
         iterations = max((len(o.tokens) for o in outs), default=0)
+        st = self.engine.stats
         return RoundResult(finished=finished, new_prompts=len(draws), continued=len(continued),
                            decoded_tokens=decoded, reprefill_tokens=reprefill, max_staleness=staleness,
-                           decode_slots=len(batch) * iterations, prefill_tokens=self.engine.stats.prefill_tokens - pre0,
-                           prefill_padded_tokens=self.engine.stats.prefill_padded_tokens - pad0)
+                           decode_slots=len(batch) * iterations, prefill_tokens=st.prefill_tokens - pre0,
+                           prefill_padded_tokens=st.prefill_padded_tokens - pad0,
+                           procs_busy_s=st.extra.get("procs_busy_s", 0.0) - busy0,
+                           procs_wait_s=st.extra.get("procs_wait_s", 0.0) - wait0)
 
     def end_step(self) -> None:
         """The step's rounds are over: the weights change next, so K/V kept for unfinished rows is of no use."""

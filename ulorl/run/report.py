@@ -57,6 +57,7 @@ def step_metrics(session: TrainSession, batch: list[Trajectory], update: dict, c
         "rollout/dropped_groups": float(counts["dropped_groups"]),
         "rollout/reward_failed_groups": float(counts["reward_failed_groups"]),
         "rollout/slot_utilisation": counts["decoded"] / max(counts["slots"], 1),
+        **procs_idle_share(counts),
         "timing_s/gen": counts["gen_s"],
         "timing_s/reward": counts["reward_s"],
         "timing_s/update": update_s,
@@ -66,6 +67,13 @@ def step_metrics(session: TrainSession, batch: list[Trajectory], update: dict, c
         "train/trained_samples": float(session.counters["trained_samples"]),
         **{k: float(v) for k, v in session.reward.metrics().items()},
     }
+
+
+def procs_idle_share(counts: Counter) -> dict:
+    """`rollout/procs_idle_share`: of the engine processes' seconds in this step's rollout calls, the share spent
+    waiting for the slowest process (0: balanced; absent with one engine)."""
+    busy, wait = counts["procs_busy_s"], counts["procs_wait_s"]
+    return {"rollout/procs_idle_share": wait / (busy + wait)} if busy > 0 else {}
 
 
 def record_trained(history: dict, batch: list[Trajectory], staleness: Counter) -> None:

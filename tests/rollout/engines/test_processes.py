@@ -16,7 +16,7 @@ from ulorl.models import load_tokenizer
 from ulorl.rollout.engines import SamplingParams, TorchEngine
 from ulorl.rollout.engines.registry import build_engine
 from ulorl.rollout.engines.torch.kv_cache import KVCacheBudgetError
-from ulorl.rollout.engines.torch.processes import ProcessEngine
+from ulorl.rollout.engines.torch.processes import ProcessEngine, waited_for_last
 
 from tests.rollout.engines.test_torch import T, _prefixes, shaken_model, two_segments_match_the_learner
 
@@ -89,6 +89,22 @@ def test_rows_with_one_context_go_back_to_every_child_that_kept_one(model, pool)
     _same(TorchEngine(model, NEVER, max_batch=4, block_size=4).generate(cont, 4, params), out, atol=1e-4)
 
 
+def test_the_wait_for_the_slowest_process_is_counted(pool):
+    assert waited_for_last([2.0, 5.0, 3.0]) == pytest.approx(3.0 + 2.0)  # the first waited 3 s, the third 2 s
+    assert waited_for_last([4.0, 4.0]) == 0.0 and waited_for_last([]) == 0.0
+    from collections import Counter
+
+    from ulorl.run.report import procs_idle_share
+
+    assert procs_idle_share(Counter(procs_busy_s=6.0, procs_wait_s=2.0)) == {"rollout/procs_idle_share": 0.25}
+    assert procs_idle_share(Counter(gen_s=3.0)) == {}  # one engine: no such metric
+    before = pool.stats.extra
+    pool.generate(_prefixes(5), 4, SamplingParams(greedy=True))
+    after = pool.stats.extra
+    assert after["procs_busy_s"] > before["procs_busy_s"]
+    assert after["procs_wait_s"] >= before["procs_wait_s"]
+
+
 def test_processes_follow_the_drivers_weights(tiny_model_dir):
     model = shaken_model(tiny_model_dir)
     eng = build_engine("torch", model, None, NEVER, torch=TorchEngineConfig(block_size=4, procs=2))
@@ -156,7 +172,10 @@ def test_a_run_with_engine_processes_trains_the_samples_of_one_engine(tmp_path):
             assert isinstance(s.engine, ProcessEngine) == (procs == 2)
             s.reward.close()
             s.reward = FakeReward()
-            norms = [train_step(s)["actor/grad_norm"] for _ in range(2)]
+            metrics = [train_step(s) for _ in range(2)]
+            norms = [m["actor/grad_norm"] for m in metrics]
+            shares = [m.get("rollout/procs_idle_share") for m in metrics]
+            assert all(0.0 <= x < 1.0 for x in shares) if procs == 2 else shares == [None, None]
             s.samples._f.flush()
             recs = [json.loads(line) for line in (s.run_dir / "samples.jsonl").read_text().splitlines()]
             runs[procs] = norms, [(r["sample_id"], r["response"], r["versions"], r["reward"], r["status"])

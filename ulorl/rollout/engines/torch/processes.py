@@ -22,13 +22,17 @@ What stays as with one engine:
 
 Deviations from one engine: a group whose samples land in two children has its prompt prefilled in each (blocks
 are shared within a child). Rows are split by count, not by the decode work they will need (unknown in advance),
-so a call waits for the child with the most work. Each child's KV pool has the whole `kv_cache_gib` budget (on CPU
-a pool commits memory only as it fills). CPU only: on a GPU one engine batches all rows.
+so a call waits for the child with the most work. `stats.extra` counts what that costs: `procs_busy_s` sums each
+child's seconds from a call's start to its reply, `procs_wait_s` the seconds children that had replied waited for
+the last one (a run reports their ratio as `rollout/procs_idle_share`). Each child's KV pool has the whole
+`kv_cache_gib` budget (on CPU a pool commits memory only as it fills). CPU only: on a GPU one engine batches all
+rows.
 """
 
 from __future__ import annotations
 
 import copy
+import time
 from collections.abc import Callable
 from multiprocessing.connection import wait
 
@@ -75,6 +79,8 @@ class ProcessEngine:
         self._stats = [EngineStats() for _ in range(procs)]
         # prefix a row continues from kept K/V -> the children keeping such a row, one entry per kept row
         self._kept_by: dict[tuple[int, ...], list[int]] = {}
+        self._busy_s = self._wait_s = 0.0
+        self._replied_at: list[float] = [0.0] * procs
 
     @property
     def procs(self) -> int:
@@ -82,7 +88,9 @@ class ProcessEngine:
 
     @property
     def stats(self) -> EngineStats:
-        return sum_stats(self._stats)
+        out = sum_stats(self._stats)
+        out.extra.update(procs_busy_s=self._busy_s, procs_wait_s=self._wait_s)
+        return out
 
     def generate(self, prefixes: list[list[int]], max_new_tokens: int, params: SamplingParams,
                  seed: int | None = None, progress: Callable[[int], None] | None = None,
@@ -93,6 +101,7 @@ class ProcessEngine:
         if seed is None:
             seed = int(torch.randint(0, 2**62, ()).item())
         parts = self.assign(prefixes)
+        t0 = time.perf_counter()
         for conn, rows in zip(self._conns, parts):
             conn.send(("generate", [prefixes[i] for i in rows], max_new_tokens, params, seed, rows, keep,
                        progress is not None))
@@ -105,6 +114,9 @@ class ProcessEngine:
                 if keep and not out.eos and len(out.tokens) == max_new_tokens:
                     kept_by.setdefault(tuple(prefixes[i] + out.tokens), []).append(k)
         self._kept_by = kept_by
+        busy = [t - t0 for t in self._replied_at]
+        self._busy_s += sum(busy)
+        self._wait_s += waited_for_last(busy)
         return outs
 
     def assign(self, prefixes: list[list[int]]) -> list[list[int]]:
@@ -187,6 +199,7 @@ class ProcessEngine:
                         progress(value[0])
                     continue
                 del pending[k]
+                self._replied_at[k] = time.perf_counter()
                 if status == "error":
                     errors.append((value[0], f"engine process {k} failed:\n{value[1]}"))
                 else:
@@ -197,6 +210,12 @@ class ProcessEngine:
                 raise exc from EngineProcessError(message)
             raise EngineProcessError(message)
         return replies
+
+
+def waited_for_last(busy: list[float]) -> float:
+    """Seconds that children which had replied spent waiting for the last one, from each child's seconds to its
+    reply in one call: sum over children of (max - own)."""
+    return len(busy) * max(busy, default=0.0) - sum(busy)
 
 
 def _serve(conn, model: torch.nn.Module, buffers: dict[str, torch.Tensor], eos_ids: list[int], engine_kw: dict,
