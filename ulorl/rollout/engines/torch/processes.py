@@ -16,7 +16,7 @@ What stays as with one engine:
 - Kept K/V (`keep=True`, `kept_rows.py`): a row that continues a kept row goes to the child that kept it; every
   other row goes to the child with the fewest rows, so a group's samples alternate between children. Kept rows
   are counted one by one: the samples of a group are often the same tokens, and n rows with one context that
-  children kept n times go back to those children, as many to each as it kept.
+  children kept n times go back to those children, to each as many as it kept.
 - Weights: the children load the driver model's weights, through shared-memory buffers, before the first call
   after any of its parameters changed (their version counters) and on `sync_weights`.
 
