@@ -80,7 +80,6 @@ class ProcessEngine:
         # prefix a row continues from kept K/V -> the children keeping such a row, one entry per kept row
         self._kept_by: dict[tuple[int, ...], list[int]] = {}
         self._busy_s = self._wait_s = 0.0
-        self._replied_at: list[float] = [0.0] * procs
 
     @property
     def procs(self) -> int:
@@ -107,14 +106,15 @@ class ProcessEngine:
                        progress is not None))
         outs: list[GenerationOutput | None] = [None] * len(prefixes)
         kept_by: dict[tuple[int, ...], list[int]] = {}
-        for k, (rows, (child_outs, stats)) in enumerate(zip(parts, self._gather(progress))):
+        replies, replied_at = self._gather(progress)
+        for k, (rows, (child_outs, stats)) in enumerate(zip(parts, replies)):
             self._stats[k] = stats
             for i, out in zip(rows, child_outs):
                 outs[i] = out
                 if keep and not out.eos and len(out.tokens) == max_new_tokens:
                     kept_by.setdefault(tuple(prefixes[i] + out.tokens), []).append(k)
         self._kept_by = kept_by
-        busy = [t - t0 for t in self._replied_at]
+        busy = [t - t0 for t in replied_at]
         self._busy_s += sum(busy)
         self._wait_s += waited_for_last(busy)
         return outs
@@ -178,12 +178,13 @@ class ProcessEngine:
             raise EngineProcessError("the engine processes were closed")
         for conn in self._conns:
             conn.send(msg)
-        return self._gather(None)
+        return self._gather(None)[0]
 
-    def _gather(self, progress: Callable[[int], None] | None) -> list:
-        """Every child's reply to the message just sent, in child order; `progress` gets the children's reports.
-        All replies are read before a failure is raised, so the pipes stay in step."""
-        replies, errors = [None] * len(self._conns), []
+    def _gather(self, progress: Callable[[int], None] | None) -> tuple[list, list[float]]:
+        """Every child's reply to the message just sent and the `perf_counter` time it came, in child order;
+        `progress` gets the children's reports. All replies are read before a failure is raised, so the pipes stay
+        in step."""
+        replies, replied_at, errors = [None] * len(self._conns), [0.0] * len(self._conns), []
         pending = dict(enumerate(self._conns))
         while pending:
             for conn in wait(list(pending.values())):
@@ -199,7 +200,7 @@ class ProcessEngine:
                         progress(value[0])
                     continue
                 del pending[k]
-                self._replied_at[k] = time.perf_counter()
+                replied_at[k] = time.perf_counter()
                 if status == "error":
                     errors.append((value[0], f"engine process {k} failed:\n{value[1]}"))
                 else:
@@ -209,7 +210,7 @@ class ProcessEngine:
             if isinstance(exc, Exception):
                 raise exc from EngineProcessError(message)
             raise EngineProcessError(message)
-        return replies
+        return replies, replied_at
 
 
 def waited_for_last(busy: list[float]) -> float:
