@@ -73,9 +73,9 @@ class TrainConfig:
     # with 1 on CPU (its per-row ops are too small to split): configs/long.yaml sets it, docs/long_run.md
     threads: int = 0
     # native | portable: portable pins torch's CPU kernels to AVX2 and MKL to its reproducible COMPATIBLE branch,
-    # so that the run's floats (and so its samples and results) do not follow the CPU model (by MKL's documentation;
-    # they still follow the thread count: set train.threads); the demo took 1.6x its native time on an Intel Xeon
-    # (ulorl/run/numerics.py, docs/reproduction.md)
+    # so that the run's floats do not follow MKL's dispatch or thread split; they still follow torch's thread count
+    # (set train.threads) and, measured, the CPU vendor (an Intel Xeon and an AMD EPYC Zen 4 differ); the demo took
+    # 1.6x its native time on an Intel Xeon (ulorl/run/numerics.py, docs/reproduction.md)
     cpu_numerics: str = "native"
 
     def __post_init__(self) -> None:

@@ -1,5 +1,6 @@
-"""CPU numerics of a run's processes (`train.cpu_numerics`): the CPU's own fastest kernels, or kernels pinned so
-that every x86-64 CPU with AVX2 computes the same floats.
+"""CPU numerics of a run's processes (`train.cpu_numerics`): the CPU's own fastest kernels, or kernels pinned to
+torch's AVX2 family and MKL's reproducible branch (the same floats over MKL's dispatch and thread split; measured,
+not the same floats on an Intel and an AMD CPU).
 
 Why two machines give two results from one command: a run on CPU is deterministic on its machine, but the order
 in which its sums are rounded follows the kernels that torch and MKL pick for that CPU. torch dispatches its own
@@ -16,8 +17,10 @@ is why the same config lands at different accuracies on machines of this kind (d
   1 and 2 threads, and the same bits whatever MKL's own instruction cap (`MKL_ENABLE_INSTRUCTIONS`); a whole run
   still follows the thread count (the demo's SFT gave the same warm start with 1 and 2 threads, its RL not: torch
   splits large reductions between threads), so a config that must reproduce sets `train.threads`; the demo
-  took 1.6x its native time (MKL's SSE2 GEMMs: an update 2.4-2.8x, a decode step 1.2x). Whether an AMD CPU gives
-  the same bits is MKL's documented promise, not yet measured here (docs/reproduction.md).
+  took 1.6x its native time (MKL's SSE2 GEMMs: an update 2.4-2.8x, a decode step 1.2x). An AMD EPYC Zen 4 gives
+  one hash over threads and MKL's cap as well, but not the Xeon's (benchmarks/numerics_fingerprint.py on both,
+  docs/reproduction.md): MKL documents COMPATIBLE as reproducible on Intel and non-Intel CPUs, and what still
+  differs between the two has not been found.
 
 Both settings are environment variables that torch and MKL read once, at their first operation in a process,
 so `apply_cpu_numerics` must run before any tensor operation; it checks torch's choice afterwards and raises if
