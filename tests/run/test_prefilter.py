@@ -68,6 +68,8 @@ def test_decide_scores_each_distinct_problem_once(tiny_model_dir, monkeypatch):
     assert decided.probs == pytest.approx(one_by_one, rel=1e-6)
     fates = prefilter_draws(one_by_one, keys, 2, 0, too_hard=True)
     assert decided.kept == [i for i, f in enumerate(fates) if f == KEPT]
+    # kept and probs index the loaded (shuffled) rows; prompt_ids maps each index to the id samples.jsonl names
+    assert decided.prompt_ids == [r.prompt_id for r in rows] != sorted(decided.prompt_ids)
     assert decided.dropped_easy == len({key for key, f in zip(keys, fates) if f == EASY})
     assert decided.dropped_hard == len({key for key, f in zip(keys, fates) if f == HARD}) > 0  # untrained: p ~ 0
 

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import json
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -73,8 +73,9 @@ def prefilter_draws(probs: list[float], keys: list, k: int, seed: int, too_easy:
 
 @dataclass
 class Prefilter:
-    """What `data.prefilter` decided for a run: the training rows kept (indices into the loaded split), each row's
-    p under the starting policy, and the counts the summary reports."""
+    """What `data.prefilter` decided for a run: the training rows kept (indices into the loaded split, which is
+    shuffled when `data.shuffle`), each row's p under the starting policy, each row's prompt id (the index's row in
+    its source, as `samples.jsonl` names it), and the counts the summary reports."""
 
     method: str
     k: int
@@ -88,6 +89,7 @@ class Prefilter:
     dropped_easy: int  # distinct problems
     dropped_hard: int
     seconds: float
+    prompt_ids: list[int] = field(default_factory=list)  # (N,) per loaded row; empty in files written before it
 
     def summary(self) -> dict:
         return {"method": self.method, "k": self.k, "hard_k": self.hard_k, "rows": len(self.probs),
@@ -115,7 +117,7 @@ def decide_prefilter(model, tokenizer, rows: list, params: SamplingParams, eos_i
     per_problem = [fates[i] for i in first.values()]
     return Prefilter("exact", k, too_easy, too_hard, hard_k or k, PromptSource(rows, shuffle=False).fingerprint(),
                      [i for i, f in enumerate(fates) if f == KEPT], probs, len(first), per_problem.count(EASY),
-                     per_problem.count(HARD), time.perf_counter() - t0)
+                     per_problem.count(HARD), time.perf_counter() - t0, [r.prompt_id for r in rows])
 
 
 def apply_prefilter(cfg: RunConfig, run_dir: Path, model, tokenizer, rows: list, fresh: bool) -> tuple[list, dict]:
