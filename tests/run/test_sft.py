@@ -148,7 +148,9 @@ def test_sft_report_has_the_exact_measure_with_eval_reference(tmp_path, tiny_mod
             "eval.pass_k=[1]", "eval.max_new_tokens=8", "eval.reference=true", "eval.long_tokens=1",
             "eval.num_problems=2", "eval.reference_problems=3", "logging.progress=false"]
     assert main(["sft", "-o", str(run), *args]) == 0
-    ev = json.loads((run / "sft_report.json").read_text())["eval"]
+    report = json.loads((run / "sft_report.json").read_text())
+    assert report["sft"] == {"steps": 3, "p_long": None}  # no sft.check_every
+    ev = report["eval"]
     assert ev["num_problems"] == 2 and ev["reference/problems"] == 3
     cfg, tok, model = load_run_config(None, args), load_tokenizer(run / "model"), load_model(run / "model")
     rows, _ = load_prompts(cfg.data, tok, "eval")

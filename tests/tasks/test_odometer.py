@@ -392,3 +392,90 @@ def test_tail_is_whole_solutions_past_max_size_in_the_full_phase_only(monkeypatc
     assert max(n for s in seen[:10] for n, _ in s) <= 5  # the short phase has no tail
     past = [(n, eos) for s in seen[10:] for n, eos in s if n > 30]
     assert len({n for n, _ in past}) >= 5 and max(n for n, _ in past) <= 60 and all(eos for _, eos in past)
+
+
+def test_sft_checks_log_p_at_length_and_until_p_long_ends_the_full_phase(tmp_path, monkeypatch):
+    """`sft.check_every` logs the validation problems' exact mean P(worked solution) every so many full-phase steps;
+    `sft.until_p_long` ends the full phase at the first check that reaches it (0: the first, 1: none)."""
+    import json
+    import math
+
+    import torch
+
+    from ulorl.config import ConfigError, ModelConfig, SFTConfig
+    from ulorl.models import load_model
+    from ulorl.rollout.engines.base import SamplingParams
+    from ulorl.run.sft import check_sequences, mean_p_reference, run_sft, sft_outcome
+
+    with pytest.raises(ConfigError, match="needs sft.check_every"):
+        SFTConfig(task="builtin:odometer", until_p_long=0.5)
+    with pytest.raises(ConfigError, match="check_min_size=200 is past the SFT's largest problem \\(100 steps\\)"):
+        SFTConfig(task="builtin:odometer", max_size=100, check_every=10, check_min_size=200)
+    with pytest.raises(ConfigError, match="not builtin:chain's"):
+        SFTConfig(check_every=10)
+    with pytest.raises(ConfigError, match="sft.until_p_long must be in"):
+        SFTConfig(task="builtin:odometer", max_size=300, check_every=10, until_p_long=1.5)
+
+    tok = build_tokenizer()
+    cfg = SFTConfig(task="builtin:odometer", max_size=30, tail=0.5, tail_max_size=60, check_every=4,
+                    check_problems=6, check_min_size=40)
+    checks = check_sequences(tok, cfg)
+    assert len(checks) == 6
+    for p, r in checks:  # whole solutions with EOS of sizes in [40, 60]: 6(n + 1) + 3 tokens
+        assert r[-1] == tok.eos_token_id and 6 * 41 + 3 <= len(r) <= 6 * 61 + 3
+    # the mean of exp(sum of log q) over the problems, against one forward pass per sequence by hand
+    model = load_model("builtin:long")
+    params = SamplingParams(temperature=0.85, top_p=1.0, top_k=-1)
+    short = [(p, r[:4]) for p, r in checks[:2]]  # 4 tokens: P well above float underflow for an untrained model
+    by_hand = []
+    with torch.no_grad():
+        for p, r in short:
+            logits = model(input_ids=torch.tensor([p + r])).logits[0, len(p) - 1 : -1].float() / 0.85
+            by_hand.append(math.exp(float(torch.log_softmax(logits, -1).gather(-1, torch.tensor(r)[:, None]).sum())))
+    model.train()
+    assert min(by_hand) > 1e-20
+    assert mean_p_reference(model, short, params) == pytest.approx(sum(by_hand) / 2, rel=1e-4)
+    assert model.training  # scored in eval mode, the training mode restored
+    base = dict(task="builtin:odometer", short_steps=2, short_max_size=5, max_size=30, alpha=0.5,
+                bucketed=True, batch_tokens=1024, batch_size=4, num_examples=20, lr=1e-3, tail=0.5, tail_max_size=60,
+                check_every=4, check_problems=3, check_min_size=40)
+
+    def rows(name, **kw):
+        run_sft(ModelConfig(path="builtin:long"), SFTConfig(**{"steps": 14, **base, **kw}), tmp_path / name,
+                progress=False)
+        return [json.loads(l) for l in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+
+    never = rows("never", until_p_long=1.0)  # P = 1 exactly is never reached: all 14 steps, checks at 4, 8, 12
+    assert len(never) == 14 and [r["step"] for r in never if "sft/p_long" in r] == [6, 10, 14]
+    saved = load_model(str(tmp_path / "never" / "model"))  # the last check's model: SamplingParams()'s sampler
+    assert never[-1]["sft/p_long"] == pytest.approx(mean_p_reference(saved, check_sequences(tok, SFTConfig(
+        **base, steps=14, until_p_long=1.0)), SamplingParams()), rel=1e-5, abs=1e-30)
+    first = rows("first", until_p_long=0.0)  # every check reaches 0: the full phase ends at its first
+    assert len(first) == 6 and "sft/p_long" in first[-1]
+    assert [r["sft/loss"] for r in first] == [r["sft/loss"] for r in never[:6]]  # the same steps until then
+    assert sft_outcome(tmp_path / "first") == {"steps": 6, "p_long": first[-1]["sft/p_long"]}
+    cooled = rows("cooled", until_p_long=0.0, cooldown_steps=3)  # 3 more steps, the lr linear down to 10% of 1e-3
+    assert len(cooled) == 9 and [r["sft/loss"] for r in cooled[:6]] == [r["sft/loss"] for r in first]
+    at = first[-1]["sft/lr"]
+    assert [r["sft/lr"] for r in cooled[6:]] == pytest.approx([at + (1e-4 - at) * j / 3 for j in (1, 2, 3)])
+    # sft.tail_until_p_long: from the first check on (full-phase step 4, global 6) no tail solution (n > 30) is trained
+    from ulorl.run import sft as sft_mod
+
+    with pytest.raises(ConfigError, match="needs sft.check_every > 0 and sft.tail > 0"):
+        SFTConfig(task="builtin:odometer", max_size=300, check_every=10, tail_until_p_long=0.5)
+    seen, real_batch = [], sft_mod._batch
+
+    def spy(seqs, pad_id):
+        seen.append(max(len(r) for _, r in seqs))
+        return real_batch(seqs, pad_id)
+
+    monkeypatch.setattr(sft_mod, "_batch", spy)
+    dropped = rows("dropped", tail_until_p_long=0.0, steps=30)
+    assert len(dropped) == 30 and len(seen) == 30
+    tail_tokens = 6 * (31 + 1) + 3  # the shortest tail solution: n = 31, n + 1 lines
+    assert any(n >= tail_tokens for n in seen[2:6])  # the full phase's first 4 steps draw from the tail too
+    assert all(n < tail_tokens for n in seen[6:])  # then never
+    seen.clear()
+    kept = rows("kept", tail_until_p_long=1.0, steps=30)
+    assert any(n >= tail_tokens for n in seen[6:])  # unmet: the tail stays
+    assert [r["sft/loss"] for r in dropped[:6]] == [r["sft/loss"] for r in kept[:6]]

@@ -36,13 +36,16 @@ import torch
 from tqdm.auto import tqdm
 
 from ulorl.config import ModelConfig, SFTConfig
+from ulorl.evaluation.reference import score_reference
 from ulorl.models import load_model, load_tokenizer
+from ulorl.rollout.engines.base import SamplingParams
 from ulorl.run.console import say
 from ulorl.tasks import BuiltinTask, task_rows
 
 SFT_SEED_OFFSET = 7919  # SFT problems never share a seed with the RL train/eval splits
 HEADS_SEED_OFFSET = 104729  # the heads' problems are not the whole solutions' problems
 TAIL_SEED_OFFSET = 130363  # nor the tail's
+CHECK_SEED_OFFSET = 155921  # nor the checks' validation problems
 SHORT_LOSS_WINDOW = 100  # `sft.short_until_loss` compares the mean loss of the short phase's last this many steps
 
 
@@ -82,6 +85,25 @@ def tail_sequences(tokenizer, n: int, seed: int, min_size: int, max_size: int) -
                          min_size=min_size)
 
 
+def check_sequences(tokenizer, cfg: SFTConfig) -> list[tuple[list[int], list[int]]]:
+    """The validation problems of `sft.check_every`: `sft.check_problems` whole worked solutions (EOS included) of
+    odometer problems with sizes uniform on [`sft.check_min_size`, the SFT's largest], on their own seed."""
+    return sft_sequences(tokenizer, cfg.check_problems, cfg.seed + CHECK_SEED_OFFSET,
+                         cfg.tail_max_size if cfg.tail else cfg.max_size, BuiltinTask.ODOMETER.value, uniform=1.0,
+                         min_size=cfg.check_min_size)
+
+
+def mean_p_reference(model, seqs: list[tuple[list[int], list[int]]], params: SamplingParams) -> float:
+    """Mean exact P(response) of `seqs` under the sampler `params` (`ulorl.evaluation.reference`), the model in eval
+    mode meanwhile."""
+    was_training = model.training
+    model.eval()
+    try:
+        return sum(score_reference(model, p, r, params).prob for p, r in seqs) / len(seqs)
+    finally:
+        model.train(was_training)
+
+
 def _batch(seqs, pad_id):
     L = max(len(p) + len(r) for p, r in seqs)
     ids = torch.full((len(seqs), L), pad_id, dtype=torch.long)
@@ -116,19 +138,22 @@ def lr_at(step: int, cfg: SFTConfig) -> float:
     return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
 
 
-def run_sft(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress: bool = True) -> Path:
+def run_sft(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress: bool = True,
+            check_params: SamplingParams | None = None) -> Path:
     """Train and save the warm-start model to `out_dir/model`; returns that folder. With `cfg.threads`, torch uses
-    that many threads meanwhile, and the process's count again afterwards."""
+    that many threads meanwhile, and the process's count again afterwards. `check_params`: the sampler of
+    `sft.check_every`'s exact measure (the evaluation's; None: `SamplingParams()`'s defaults)."""
     threads = torch.get_num_threads()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     try:
-        return _train(model_cfg, cfg, out_dir, progress)
+        return _train(model_cfg, cfg, out_dir, progress, check_params or SamplingParams())
     finally:
         torch.set_num_threads(threads)
 
 
-def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress: bool) -> Path:
+def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress: bool,
+           check_params: SamplingParams) -> Path:
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(cfg.seed)
@@ -136,29 +161,31 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
     model = load_model(model_cfg.path, model_cfg.dtype, model_cfg.trust_remote_code)
     full = sft_sequences(tok, cfg.num_examples, cfg.seed, cfg.max_size, cfg.task, cfg.alpha, cfg.max_response_tokens,
                          cfg.uniform)
-    if cfg.tail:
-        full = full + tail_sequences(tok, round(cfg.tail * cfg.num_examples), cfg.seed, cfg.max_size + 1,
-                                     cfg.tail_max_size)
-    phases = [(full, cfg.steps - cfg.short_steps, False)]  # (examples, planned steps, the short phase?)
+    tail = tail_sequences(tok, round(cfg.tail * cfg.num_examples), cfg.seed, cfg.max_size + 1,
+                          cfg.tail_max_size) if cfg.tail else []
+    heads = head_sequences(tok, round(cfg.heads * cfg.num_examples), cfg.seed, cfg.head_max_size or cfg.max_size,
+                           cfg.head_lines) if cfg.heads else []
+    # (examples, planned steps, the short phase?, the examples once `sft.tail_until_p_long` is met)
+    phases = [(full + tail + heads, cfg.steps - cfg.short_steps, False, full + heads)]
     if cfg.short_steps:  # the curriculum's first phase: short problems only
         short = sft_sequences(tok, cfg.num_examples, cfg.seed, min(cfg.short_max_size, cfg.max_size), cfg.task,
                               cfg.alpha, cfg.max_response_tokens, cfg.uniform)
-        phases.insert(0, (short, cfg.short_steps, True))
-    if cfg.heads:
-        heads = head_sequences(tok, round(cfg.heads * cfg.num_examples), cfg.seed, cfg.head_max_size or cfg.max_size,
-                               cfg.head_lines)
-        phases = [(data + heads, n, is_short) for data, n, is_short in phases]
+        phases.insert(0, (short + heads, cfg.short_steps, True, None))
+    checks = check_sequences(tok, cfg) if cfg.check_every else []
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
     gen = torch.Generator().manual_seed(cfg.seed)
     model.train()
     losses: list[float] = []
     t0 = time.time()
     with open(out / "metrics.jsonl", "w") as log, tqdm(total=cfg.steps, desc="sft", disable=not progress) as bar:
-        for data, planned, is_short in phases:
+        for data, planned, is_short, without_tail in phases:
             batches = bucket_batches([len(p) + len(r) for p, r in data], cfg.batch_tokens, cfg.batch_size)
             order: list[int] = []  # each phase's first epoch over the buckets starts with it
             taken = 0
-            while taken < planned or (is_short and _short_phase_goes_on(losses, taken, cfg, bar)):
+            tail_in = bool(tail)  # until a check meets `sft.tail_until_p_long`
+            cool: tuple[int, float] | None = None  # (taken, lr) at the check that met `sft.until_p_long`
+            while (taken < planned and not _cooled(cool, taken, cfg)) or (
+                    is_short and _short_phase_goes_on(losses, taken, cfg, bar)):
                 if cfg.bucketed:
                     if not order:  # a new epoch over the buckets, in random order
                         order = torch.randperm(len(batches), generator=gen).tolist()
@@ -168,6 +195,8 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
                 ids, attn, labels = _batch([data[i] for i in idx], tok.pad_token_id)
                 # the schedule holds at the short phase's last step while that phase goes on past it
                 lr = lr_at(min(taken, planned - 1) if is_short else cfg.short_steps + taken, cfg)
+                if cool:  # the cool-down: linear from the lr at the check to the schedule's floor
+                    lr = cool[1] + (0.1 * cfg.lr - cool[1]) * (taken + 1 - cool[0]) / cfg.cooldown_steps
                 for g in opt.param_groups:
                     g["lr"] = lr
                 loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
@@ -177,11 +206,22 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
                 opt.step()
                 losses.append(loss.item())
                 taken += 1
-                log.write(json.dumps({"step": len(losses), "sft/loss": losses[-1], "sft/lr": lr,
-                                      "sft/phase": "short" if is_short else "full",
-                                      "timing_s/elapsed": time.time() - t0}) + "\n")
+                row = {"step": len(losses), "sft/loss": losses[-1], "sft/lr": lr,
+                       "sft/phase": "short" if is_short else "full"}
+                if checks and not is_short and taken % cfg.check_every == 0:
+                    row["sft/p_long"] = mean_p_reference(model, checks, check_params)
+                    if cool is None and _reached(row["sft/p_long"], len(losses), cfg):
+                        cool = (taken, lr)
+                    if tail_in and _tail_leaves(row["sft/p_long"], len(losses), cfg):
+                        tail_in, data, order = False, without_tail, []  # a new epoch over the other examples
+                        batches = bucket_batches([len(p) + len(r) for p, r in data], cfg.batch_tokens,
+                                                 cfg.batch_size)
+                log.write(json.dumps({**row, "timing_s/elapsed": time.time() - t0}) + "\n")
                 bar.set_postfix(loss=f"{losses[-1]:.3f}")
                 bar.update()
+            if cool:  # the bar ends where the steps did
+                bar.total = bar.n
+                bar.refresh()
     model_dir = out / "model"
     model.save_pretrained(model_dir, safe_serialization=True)
     tok.save_pretrained(model_dir)
@@ -209,6 +249,37 @@ def _short_phase_goes_on(losses: list[float], taken: int, cfg: SFTConfig, bar) -
             f"sft.short_until_loss={cfg.short_until_loss}: the short phase goes on (at most "
             f"sft.short_max_steps={cfg.short_max_steps} steps)")
     bar.total += 1
+    return True
+
+
+def sft_outcome(out_dir: str | Path) -> dict:
+    """From an SFT folder's metrics.jsonl: `steps` trained and, with `sft.check_every`, the last check's `p_long`
+    (None without checks)."""
+    rows = [json.loads(line) for line in (Path(out_dir) / "metrics.jsonl").read_text().splitlines()]
+    checks = [r["sft/p_long"] for r in rows if "sft/p_long" in r]
+    return {"steps": len(rows), "p_long": checks[-1] if checks else None}
+
+
+def _cooled(cool: tuple[int, float] | None, taken: int, cfg: SFTConfig) -> bool:
+    """Whether the full phase is done: `sft.cooldown_steps` steps after the check that met `sft.until_p_long`."""
+    return cool is not None and taken >= cool[0] + cfg.cooldown_steps
+
+
+def _tail_leaves(p_long: float, step: int, cfg: SFTConfig) -> bool:
+    """Whether a check's mean P(worked solution) meets `sft.tail_until_p_long` (says so when it does)."""
+    if cfg.tail_until_p_long is None or p_long < cfg.tail_until_p_long:
+        return False
+    say(f"sft: the validation problems' mean P(worked solution) {p_long:.3f} >= sft.tail_until_p_long="
+        f"{cfg.tail_until_p_long} at step {step}: the rest of the full phase trains without the tail")
+    return True
+
+
+def _reached(p_long: float, step: int, cfg: SFTConfig) -> bool:
+    """Whether a check's mean P(worked solution) meets `sft.until_p_long` (says so when it does)."""
+    if cfg.until_p_long is None or p_long < cfg.until_p_long:
+        return False
+    say(f"sft: the validation problems' mean P(worked solution) {p_long:.3f} >= sft.until_p_long={cfg.until_p_long} "
+        f"at step {step}: the full phase ends after {cfg.cooldown_steps} more (sft.cooldown_steps)")
     return True
 
 

@@ -1,6 +1,7 @@
 """`ulorl sft` end to end: warm start, then held-out accuracy and the length distribution.
 
-The report (`sft_report.json` in the run folder) gives avg@k / pass@k on the
+The report (`sft_report.json` in the run folder) gives the SFT's steps (and, with `sft.check_every`, its last
+check's mean P(worked solution) at length), avg@k / pass@k on the
 held-out split and the response-length distribution of the SFT model's samples
 (mean, p50, p90, max, max/mean), the evidence that the built-in task is long-tailed;
 with `eval.reference`, also the exact P(worked solution) means (`ulorl.evaluation.reference`).
@@ -21,7 +22,7 @@ from ulorl.reward import RewardManager
 from ulorl.rollout.engines.base import close_engine
 from ulorl.rollout.engines.registry import build_engine
 from ulorl.run.console import say
-from ulorl.run.sft import run_sft
+from ulorl.run.sft import run_sft, sft_outcome
 
 
 def evaluate_model(cfg: RunConfig, model_path: str, progress: bool = True) -> dict:
@@ -48,8 +49,8 @@ def evaluate_model(cfg: RunConfig, model_path: str, progress: bool = True) -> di
 
 def sft_and_report(cfg: RunConfig, run_dir: str | Path) -> dict:
     run_dir = Path(run_dir)
-    model_dir = run_sft(cfg.model, cfg.sft, run_dir, progress=cfg.logging.progress)
-    report = {"model": str(model_dir), "eval": None}
+    model_dir = run_sft(cfg.model, cfg.sft, run_dir, progress=cfg.logging.progress, check_params=cfg.eval.sampling())
+    report = {"model": str(model_dir), "sft": sft_outcome(run_dir), "eval": None}
     if cfg.data.eval:
         report["eval"] = evaluate_model(cfg, str(model_dir), cfg.logging.progress)
     else:
