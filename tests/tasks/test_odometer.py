@@ -394,9 +394,10 @@ def test_tail_is_whole_solutions_past_max_size_in_the_full_phase_only(monkeypatc
     assert len({n for n, _ in past}) >= 5 and max(n for n, _ in past) <= 60 and all(eos for _, eos in past)
 
 
-def test_sft_checks_log_p_at_length_and_until_p_long_ends_the_full_phase(tmp_path, monkeypatch):
+def test_sft_checks_log_p_at_length_and_tail_until_p_long_drops_the_tail_there(tmp_path, monkeypatch):
     """`sft.check_every` logs the validation problems' exact mean P(worked solution) every so many full-phase steps;
-    `sft.until_p_long` ends the full phase at the first check that reaches it (0: the first, 1: none)."""
+    `sft.tail_until_p_long` trains the rest of the full phase without the tail from the first check that reaches it
+    (0: the first, 1: none)."""
     import json
     import math
 
@@ -405,16 +406,20 @@ def test_sft_checks_log_p_at_length_and_until_p_long_ends_the_full_phase(tmp_pat
     from ulorl.config import ConfigError, ModelConfig, SFTConfig
     from ulorl.models import load_model
     from ulorl.rollout.engines.base import SamplingParams
+    from ulorl.run import sft as sft_mod
     from ulorl.run.sft import check_sequences, mean_p_reference, run_sft, sft_outcome
 
-    with pytest.raises(ConfigError, match="needs sft.check_every"):
-        SFTConfig(task="builtin:odometer", until_p_long=0.5)
+    with pytest.raises(ConfigError, match="needs sft.check_every > 0 and sft.tail > 0"):
+        SFTConfig(task="builtin:odometer", max_size=300, tail_until_p_long=0.5, tail=0.1, tail_max_size=400)
+    with pytest.raises(ConfigError, match="needs sft.check_every > 0 and sft.tail > 0"):
+        SFTConfig(task="builtin:odometer", max_size=300, check_every=10, tail_until_p_long=0.5)
     with pytest.raises(ConfigError, match="check_min_size=200 is past the SFT's largest problem \\(100 steps\\)"):
         SFTConfig(task="builtin:odometer", max_size=100, check_every=10, check_min_size=200)
     with pytest.raises(ConfigError, match="not builtin:chain's"):
         SFTConfig(check_every=10)
-    with pytest.raises(ConfigError, match="sft.until_p_long must be in"):
-        SFTConfig(task="builtin:odometer", max_size=300, check_every=10, until_p_long=1.5)
+    with pytest.raises(ConfigError, match="sft.tail_until_p_long must be in"):
+        SFTConfig(task="builtin:odometer", max_size=300, check_every=10, tail=0.1, tail_max_size=400,
+                  tail_until_p_long=1.5)
 
     tok = build_tokenizer()
     cfg = SFTConfig(task="builtin:odometer", max_size=30, tail=0.5, tail_max_size=60, check_every=4,
@@ -436,46 +441,33 @@ def test_sft_checks_log_p_at_length_and_until_p_long_ends_the_full_phase(tmp_pat
     assert min(by_hand) > 1e-20
     assert mean_p_reference(model, short, params) == pytest.approx(sum(by_hand) / 2, rel=1e-4)
     assert model.training  # scored in eval mode, the training mode restored
-    base = dict(task="builtin:odometer", short_steps=2, short_max_size=5, max_size=30, alpha=0.5,
+
+    base = dict(task="builtin:odometer", steps=30, short_steps=2, short_max_size=5, max_size=30, alpha=0.5,
                 bucketed=True, batch_tokens=1024, batch_size=4, num_examples=20, lr=1e-3, tail=0.5, tail_max_size=60,
                 check_every=4, check_problems=3, check_min_size=40)
-
-    def rows(name, **kw):
-        run_sft(ModelConfig(path="builtin:long"), SFTConfig(**{"steps": 14, **base, **kw}), tmp_path / name,
-                progress=False)
-        return [json.loads(l) for l in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
-
-    never = rows("never", until_p_long=1.0)  # P = 1 exactly is never reached: all 14 steps, checks at 4, 8, 12
-    assert len(never) == 14 and [r["step"] for r in never if "sft/p_long" in r] == [6, 10, 14]
-    saved = load_model(str(tmp_path / "never" / "model"))  # the last check's model: SamplingParams()'s sampler
-    assert never[-1]["sft/p_long"] == pytest.approx(mean_p_reference(saved, check_sequences(tok, SFTConfig(
-        **base, steps=14, until_p_long=1.0)), SamplingParams()), rel=1e-5, abs=1e-30)
-    first = rows("first", until_p_long=0.0)  # every check reaches 0: the full phase ends at its first
-    assert len(first) == 6 and "sft/p_long" in first[-1]
-    assert [r["sft/loss"] for r in first] == [r["sft/loss"] for r in never[:6]]  # the same steps until then
-    assert sft_outcome(tmp_path / "first") == {"steps": 6, "p_long": first[-1]["sft/p_long"]}
-    cooled = rows("cooled", until_p_long=0.0, cooldown_steps=3)  # 3 more steps, the lr linear down to 10% of 1e-3
-    assert len(cooled) == 9 and [r["sft/loss"] for r in cooled[:6]] == [r["sft/loss"] for r in first]
-    at = first[-1]["sft/lr"]
-    assert [r["sft/lr"] for r in cooled[6:]] == pytest.approx([at + (1e-4 - at) * j / 3 for j in (1, 2, 3)])
-    # sft.tail_until_p_long: from the first check on (full-phase step 4, global 6) no tail solution (n > 30) is trained
-    from ulorl.run import sft as sft_mod
-
-    with pytest.raises(ConfigError, match="needs sft.check_every > 0 and sft.tail > 0"):
-        SFTConfig(task="builtin:odometer", max_size=300, check_every=10, tail_until_p_long=0.5)
     seen, real_batch = [], sft_mod._batch
 
-    def spy(seqs, pad_id):
+    def spy(seqs, pad_id):  # each step's longest response
         seen.append(max(len(r) for _, r in seqs))
         return real_batch(seqs, pad_id)
 
     monkeypatch.setattr(sft_mod, "_batch", spy)
-    dropped = rows("dropped", tail_until_p_long=0.0, steps=30)
-    assert len(dropped) == 30 and len(seen) == 30
+
+    def rows(name, **kw):
+        seen.clear()
+        run_sft(ModelConfig(path="builtin:long"), SFTConfig(**base, **kw), tmp_path / name, progress=False)
+        return [json.loads(l) for l in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+
     tail_tokens = 6 * (31 + 1) + 3  # the shortest tail solution: n = 31, n + 1 lines
+    kept = rows("kept", tail_until_p_long=1.0)  # P = 1 exactly is never reached: the tail stays
+    assert len(kept) == 30 and [r["step"] for r in kept if "sft/p_long" in r] == list(range(6, 31, 4))
+    assert any(n >= tail_tokens for n in seen[6:])
+    saved = load_model(str(tmp_path / "kept" / "model"))  # the last check's model, under SamplingParams()'s sampler
+    assert kept[-1]["sft/p_long"] == pytest.approx(mean_p_reference(saved, check_sequences(tok, SFTConfig(**base)),
+                                                                    SamplingParams()), rel=1e-5, abs=1e-30)
+    dropped = rows("dropped", tail_until_p_long=0.0)  # every check reaches 0: the tail leaves at the first
+    assert len(dropped) == 30
     assert any(n >= tail_tokens for n in seen[2:6])  # the full phase's first 4 steps draw from the tail too
     assert all(n < tail_tokens for n in seen[6:])  # then never
-    seen.clear()
-    kept = rows("kept", tail_until_p_long=1.0, steps=30)
-    assert any(n >= tail_tokens for n in seen[6:])  # unmet: the tail stays
-    assert [r["sft/loss"] for r in dropped[:6]] == [r["sft/loss"] for r in kept[:6]]
+    assert [r["sft/loss"] for r in dropped[:6]] == [r["sft/loss"] for r in kept[:6]]  # the same steps until then
+    assert sft_outcome(tmp_path / "dropped") == {"steps": 30, "p_long": dropped[-1]["sft/p_long"]}

@@ -49,17 +49,13 @@ class SFTConfig:
     tail_max_size: int | None = None
     # check_every: every this many steps of the full phase (0: never), the exact P(worked solution) under the
     # evaluation's sampler (`ulorl.evaluation.reference`) of check_problems validation problems with sizes uniform
-    # on [check_min_size, tail_max_size or max_size] (their own seed), logged as `sft/p_long`. With until_p_long, the
-    # full phase ends at the first check whose mean is at least that: how good the warm start is at length is then
-    # measured, not the draw of a machine's rounding over a fixed number of steps (docs/long_run.md)
+    # on [check_min_size, tail_max_size or max_size] (their own seed), logged as `sft/p_long`. With
+    # tail_until_p_long, the full phase trains without the tail from the first check whose mean is at least that, to
+    # the end of its schedule: how far the tail takes the long answers is measured, not the draw of a machine's
+    # rounding over a fixed number of steps (docs/long_run.md)
     check_every: int = 0
     check_problems: int = 64
-    check_min_size: int = 167  # odometer: 167 lines of 6 tokens, ~1,000 answer tokens
-    until_p_long: float | None = None
-    # ... after cooldown_steps more, the learning rate linear from the check's down to the schedule's floor (10%)
-    cooldown_steps: int = 0
-    # tail_until_p_long: the full phase trains without the tail from the first check whose mean is at least this,
-    # to the end of its schedule
+    check_min_size: int = 167  # odometer: n + 1 = 168 lines of 6 tokens, ~1,000 answer tokens
     tail_until_p_long: float | None = None
     # torch threads for the SFT's training steps (0: as `train.threads`); its ops gave bit-identical weights with
     # 1 and 2 threads on CPU (docs/long_run.md), so a run whose engine wants one thread can train its SFT on two
@@ -76,17 +72,12 @@ class SFTConfig:
         positive("sft.check_every", self.check_every, allow_zero=True)
         positive("sft.check_problems", self.check_problems)
         positive("sft.check_min_size", self.check_min_size)
-        positive("sft.cooldown_steps", self.cooldown_steps, allow_zero=True)
         if self.check_every and self.task != BuiltinTask.ODOMETER.value:
             raise ConfigError(f"sft.check_every scores odometer's worked solutions (its one correct form), not "
                               f"{self.task}'s")
         if self.check_every and self.check_min_size > (self.tail_max_size if self.tail else self.max_size):
             raise ConfigError(f"sft.check_min_size={self.check_min_size} is past the SFT's largest problem "
                               f"({self.tail_max_size if self.tail else self.max_size} steps)")
-        if self.until_p_long is not None:
-            share("sft.until_p_long", self.until_p_long, " (a mean probability)")
-            if not self.check_every:
-                raise ConfigError("sft.until_p_long ends the full phase at a check: it needs sft.check_every > 0")
         if self.tail_until_p_long is not None:
             share("sft.tail_until_p_long", self.tail_until_p_long, " (a mean probability)")
             if not (self.check_every and self.tail):

@@ -18,7 +18,11 @@ With `sft.heads`, both phases also train on the first `sft.head_lines` lines of 
 every size (`head_sequences`): a long answer's first lines, which a whole long solution
 teaches once per thousands of tokens. With `sft.tail`, the full-law phase also trains on a few whole
 solutions of problems past `sft.max_size` (`tail_sequences`, sizes uniform up to `sft.tail_max_size`): RL
-still learns the long answers, but from a warm start that writes some of them (docs/long_run.md).
+still learns the long answers, but from a warm start that writes some of them (docs/long_run.md). With
+`sft.check_every`, every so many full-phase steps the exact P(worked solution) of a few validation problems of
+>= `sft.check_min_size` steps (`check_sequences`, under the evaluation's sampler) is logged as `sft/p_long`; with
+`sft.tail_until_p_long`, the tail leaves the full phase at the first check that reaches that mean: how far the
+tail takes the long answers is then measured, where a fixed number of tail steps left it to the machine's rounding.
 The loss is the mean cross-entropy over response tokens
 (prompt tokens are not trained). Batches are random (`sft.bucketed=false`, the
 default: mixed lengths learn the task more reliably) or length-bucketed under a
@@ -183,9 +187,7 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
             order: list[int] = []  # each phase's first epoch over the buckets starts with it
             taken = 0
             tail_in = bool(tail)  # until a check meets `sft.tail_until_p_long`
-            cool: tuple[int, float] | None = None  # (taken, lr) at the check that met `sft.until_p_long`
-            while (taken < planned and not _cooled(cool, taken, cfg)) or (
-                    is_short and _short_phase_goes_on(losses, taken, cfg, bar)):
+            while taken < planned or (is_short and _short_phase_goes_on(losses, taken, cfg, bar)):
                 if cfg.bucketed:
                     if not order:  # a new epoch over the buckets, in random order
                         order = torch.randperm(len(batches), generator=gen).tolist()
@@ -195,8 +197,6 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
                 ids, attn, labels = _batch([data[i] for i in idx], tok.pad_token_id)
                 # the schedule holds at the short phase's last step while that phase goes on past it
                 lr = lr_at(min(taken, planned - 1) if is_short else cfg.short_steps + taken, cfg)
-                if cool:  # the cool-down: linear from the lr at the check to the schedule's floor
-                    lr = cool[1] + (0.1 * cfg.lr - cool[1]) * (taken + 1 - cool[0]) / cfg.cooldown_steps
                 for g in opt.param_groups:
                     g["lr"] = lr
                 loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
@@ -210,8 +210,6 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
                        "sft/phase": "short" if is_short else "full"}
                 if checks and not is_short and taken % cfg.check_every == 0:
                     row["sft/p_long"] = mean_p_reference(model, checks, check_params)
-                    if cool is None and _reached(row["sft/p_long"], len(losses), cfg):
-                        cool = (taken, lr)
                     if tail_in and _tail_leaves(row["sft/p_long"], len(losses), cfg):
                         tail_in, data, order = False, without_tail, []  # a new epoch over the other examples
                         batches = bucket_batches([len(p) + len(r) for p, r in data], cfg.batch_tokens,
@@ -219,9 +217,6 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
                 log.write(json.dumps({**row, "timing_s/elapsed": time.time() - t0}) + "\n")
                 bar.set_postfix(loss=f"{losses[-1]:.3f}")
                 bar.update()
-            if cool:  # the bar ends where the steps did
-                bar.total = bar.n
-                bar.refresh()
     model_dir = out / "model"
     model.save_pretrained(model_dir, safe_serialization=True)
     tok.save_pretrained(model_dir)
@@ -260,26 +255,12 @@ def sft_outcome(out_dir: str | Path) -> dict:
     return {"steps": len(rows), "p_long": checks[-1] if checks else None}
 
 
-def _cooled(cool: tuple[int, float] | None, taken: int, cfg: SFTConfig) -> bool:
-    """Whether the full phase is done: `sft.cooldown_steps` steps after the check that met `sft.until_p_long`."""
-    return cool is not None and taken >= cool[0] + cfg.cooldown_steps
-
-
 def _tail_leaves(p_long: float, step: int, cfg: SFTConfig) -> bool:
     """Whether a check's mean P(worked solution) meets `sft.tail_until_p_long` (says so when it does)."""
     if cfg.tail_until_p_long is None or p_long < cfg.tail_until_p_long:
         return False
     say(f"sft: the validation problems' mean P(worked solution) {p_long:.3f} >= sft.tail_until_p_long="
         f"{cfg.tail_until_p_long} at step {step}: the rest of the full phase trains without the tail")
-    return True
-
-
-def _reached(p_long: float, step: int, cfg: SFTConfig) -> bool:
-    """Whether a check's mean P(worked solution) meets `sft.until_p_long` (says so when it does)."""
-    if cfg.until_p_long is None or p_long < cfg.until_p_long:
-        return False
-    say(f"sft: the validation problems' mean P(worked solution) {p_long:.3f} >= sft.until_p_long={cfg.until_p_long} "
-        f"at step {step}: the full phase ends after {cfg.cooldown_steps} more (sft.cooldown_steps)")
     return True
 
 
