@@ -417,6 +417,8 @@ def test_sft_checks_log_p_at_length_and_tail_until_p_long_drops_the_tail_there(t
         SFTConfig(task="builtin:odometer", max_size=100, check_every=10, check_min_size=200)
     with pytest.raises(ConfigError, match="not builtin:chain's"):
         SFTConfig(check_every=10)
+    with pytest.raises(ConfigError, match="tail_max_size.*got None"):  # the tail's own error first
+        SFTConfig(task="builtin:odometer", tail=0.1, check_every=10)
     with pytest.raises(ConfigError, match="sft.tail_until_p_long must be in"):
         SFTConfig(task="builtin:odometer", max_size=300, check_every=10, tail=0.1, tail_max_size=400,
                   tail_until_p_long=1.5)

@@ -72,17 +72,6 @@ class SFTConfig:
         positive("sft.check_every", self.check_every, allow_zero=True)
         positive("sft.check_problems", self.check_problems)
         positive("sft.check_min_size", self.check_min_size)
-        if self.check_every and self.task != BuiltinTask.ODOMETER.value:
-            raise ConfigError(f"sft.check_every scores odometer's worked solutions (its one correct form), not "
-                              f"{self.task}'s")
-        if self.check_every and self.check_min_size > (self.tail_max_size if self.tail else self.max_size):
-            raise ConfigError(f"sft.check_min_size={self.check_min_size} is past the SFT's largest problem "
-                              f"({self.tail_max_size if self.tail else self.max_size} steps)")
-        if self.tail_until_p_long is not None:
-            share("sft.tail_until_p_long", self.tail_until_p_long, " (a mean probability)")
-            if not (self.check_every and self.tail):
-                raise ConfigError("sft.tail_until_p_long drops the tail at a check: it needs sft.check_every > 0 and "
-                                  "sft.tail > 0")
         if self.head_max_size is not None:
             positive("sft.head_max_size", self.head_max_size)
         share("sft.heads", self.heads, " (a share of sft.num_examples)")
@@ -95,6 +84,17 @@ class SFTConfig:
             if self.tail_max_size is None or not self.max_size < self.tail_max_size <= ODOMETER_MAX_STEPS:
                 raise ConfigError(f"sft.tail needs sft.tail_max_size in (sft.max_size={self.max_size}, "
                                   f"{ODOMETER_MAX_STEPS}], got {self.tail_max_size}")
+        if self.check_every and self.task != BuiltinTask.ODOMETER.value:
+            raise ConfigError(f"sft.check_every scores odometer's worked solutions (its one correct form), not "
+                              f"{self.task}'s")
+        if self.check_every and self.check_min_size > (self.tail_max_size if self.tail else self.max_size):
+            raise ConfigError(f"sft.check_min_size={self.check_min_size} is past the SFT's largest problem "
+                              f"({self.tail_max_size if self.tail else self.max_size} steps)")
+        if self.tail_until_p_long is not None:
+            share("sft.tail_until_p_long", self.tail_until_p_long, " (a mean probability)")
+            if not (self.check_every and self.tail):
+                raise ConfigError("sft.tail_until_p_long drops the tail at a check: it needs sft.check_every > 0 and "
+                                  "sft.tail > 0")
         share("sft.uniform", self.uniform)
         if self.short_steps > self.steps:
             raise ConfigError(f"sft.short_steps={self.short_steps} is more than sft.steps={self.steps}")
