@@ -61,6 +61,11 @@ class SFTConfig:
     # 1 and 2 threads on CPU (docs/long_run.md), so a run whose engine wants one thread can train its SFT on two
     threads: int = 0
 
+    @property
+    def largest_size(self) -> int:
+        """The largest problem the SFT trains on: the tail's when there is one, else `max_size`."""
+        return self.tail_max_size if self.tail else self.max_size
+
     def __post_init__(self) -> None:
         for k in ("steps", "batch_size", "batch_tokens", "lr", "num_examples", "max_size"):
             positive(f"sft.{k}", getattr(self, k))
@@ -87,9 +92,9 @@ class SFTConfig:
         if self.check_every and self.task != BuiltinTask.ODOMETER.value:
             raise ConfigError(f"sft.check_every scores odometer's worked solutions (its one correct form), not "
                               f"{self.task}'s")
-        if self.check_every and self.check_min_size > (self.tail_max_size if self.tail else self.max_size):
+        if self.check_every and self.check_min_size > self.largest_size:
             raise ConfigError(f"sft.check_min_size={self.check_min_size} is past the SFT's largest problem "
-                              f"({self.tail_max_size if self.tail else self.max_size} steps)")
+                              f"({self.largest_size} steps)")
         if self.tail_until_p_long is not None:
             share("sft.tail_until_p_long", self.tail_until_p_long, " (a mean probability)")
             if not (self.check_every and self.tail):

@@ -105,22 +105,26 @@ def referenced_rows(cfg: EvalConfig, records: list, source: str, key: str) -> li
     return rows
 
 
-def score_references(model: torch.nn.Module, tokenizer, records: list, params: SamplingParams, eos_id: int,
-                     progress: bool = False, desc: str = "exact held-out P(reference)") -> list[ReferenceScore]:
-    """Each record's worked solution (`extra_info.solution`, tokenized as the SFT data is) plus `eos_id`, scored
-    under `params` with `model` in eval mode (its mode is restored after); `desc` labels the progress bar."""
-    from tqdm.auto import tqdm
-
+def score_pairs(model: torch.nn.Module, pairs, params: SamplingParams) -> list[ReferenceScore]:
+    """`score_reference` of each (prompt ids, response ids) of the iterable `pairs`, with `model` in eval mode (its
+    mode is restored after)."""
     was_training = model.training
     model.eval()
     try:
-        out = []
-        for rec in tqdm(records, desc=desc, disable=not progress, leave=False):
-            ref = tokenizer(rec.extra_info["solution"], add_special_tokens=False)["input_ids"] + [eos_id]
-            out.append(score_reference(model, rec.prompt_tokens, ref, params))
-        return out
+        return [score_reference(model, prompt, response, params) for prompt, response in pairs]
     finally:
         model.train(was_training)
+
+
+def score_references(model: torch.nn.Module, tokenizer, records: list, params: SamplingParams, eos_id: int,
+                     progress: bool = False, desc: str = "exact held-out P(reference)") -> list[ReferenceScore]:
+    """Each record's worked solution (`extra_info.solution`, tokenized as the SFT data is) plus `eos_id`, scored
+    under `params` by `score_pairs`; `desc` labels the progress bar."""
+    from tqdm.auto import tqdm
+
+    pairs = ((rec.prompt_tokens, tokenizer(rec.extra_info["solution"], add_special_tokens=False)["input_ids"]
+              + [eos_id]) for rec in tqdm(records, desc=desc, disable=not progress, leave=False))
+    return score_pairs(model, pairs, params)
 
 
 def score_eval_references(model: torch.nn.Module, tokenizer, records: list, cfg: EvalConfig,

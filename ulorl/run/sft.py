@@ -40,7 +40,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ulorl.config import ModelConfig, SFTConfig
-from ulorl.evaluation.reference import score_reference
+from ulorl.evaluation.reference import score_pairs
 from ulorl.models import load_model, load_tokenizer
 from ulorl.rollout.engines.base import SamplingParams
 from ulorl.run.console import say
@@ -92,20 +92,13 @@ def tail_sequences(tokenizer, n: int, seed: int, min_size: int, max_size: int) -
 def check_sequences(tokenizer, cfg: SFTConfig) -> list[tuple[list[int], list[int]]]:
     """The validation problems of `sft.check_every`: `sft.check_problems` whole worked solutions (EOS included) of
     odometer problems with sizes uniform on [`sft.check_min_size`, the SFT's largest], on their own seed."""
-    return sft_sequences(tokenizer, cfg.check_problems, cfg.seed + CHECK_SEED_OFFSET,
-                         cfg.tail_max_size if cfg.tail else cfg.max_size, BuiltinTask.ODOMETER.value, uniform=1.0,
-                         min_size=cfg.check_min_size)
+    return sft_sequences(tokenizer, cfg.check_problems, cfg.seed + CHECK_SEED_OFFSET, cfg.largest_size,
+                         BuiltinTask.ODOMETER.value, uniform=1.0, min_size=cfg.check_min_size)
 
 
 def mean_p_reference(model, seqs: list[tuple[list[int], list[int]]], params: SamplingParams) -> float:
-    """Mean exact P(response) of `seqs` under the sampler `params` (`ulorl.evaluation.reference`), the model in eval
-    mode meanwhile."""
-    was_training = model.training
-    model.eval()
-    try:
-        return sum(score_reference(model, p, r, params).prob for p, r in seqs) / len(seqs)
-    finally:
-        model.train(was_training)
+    """Mean exact P(response) of `seqs` under the sampler `params` (`ulorl.evaluation.reference.score_pairs`)."""
+    return sum(s.prob for s in score_pairs(model, seqs, params)) / len(seqs)
 
 
 def _batch(seqs, pad_id):
