@@ -149,7 +149,7 @@ def test_sft_report_has_the_exact_measure_with_eval_reference(tmp_path, tiny_mod
             "eval.num_problems=2", "eval.reference_problems=3", "logging.progress=false"]
     assert main(["sft", "-o", str(run), *args]) == 0
     report = json.loads((run / "sft_report.json").read_text())
-    assert report["sft"] == {"steps": 3, "p_long": None}  # no sft.check_every
+    assert report["sft"] == {"steps": 3, "p_long": None, "p_valid": None}  # no checks
     ev = report["eval"]
     assert ev["num_problems"] == 2 and ev["reference/problems"] == 3
     cfg, tok, model = load_run_config(None, args), load_tokenizer(run / "model"), load_model(run / "model")
@@ -158,3 +158,57 @@ def test_sft_report_has_the_exact_measure_with_eval_reference(tmp_path, tiny_mod
     assert len(rows) == 3 and ev["reference/p_correct"] == pytest.approx(sum(s.prob for s in scores) / 3,
                                                                           rel=1e-4, abs=1e-30)
     assert ev["reference/p_correct_long"] == ev["reference/p_correct"]  # every solution has >= 1 token
+
+
+def test_sft_until_p_ends_at_the_first_check_that_meets_it_or_goes_on_at_the_last_lr(tmp_path, tiny_model_dir,
+                                                                                       capsys):
+    """`sft.until_p` ends the SFT at the first check (every `sft.check_every` steps) whose mean exact P(worked
+    solution) of validation problems from the SFT's own size law reaches it; while none does, the SFT goes on past
+    `sft.steps` at the schedule's last learning rate, up to `sft.max_steps`."""
+    from ulorl.config import ConfigError
+    from ulorl.rollout.engines.base import SamplingParams
+    from ulorl.run.sft import lr_at, mean_p_reference, sft_outcome, sft_sequences, valid_sequences
+
+    with pytest.raises(ConfigError, match="sft.until_p ends the SFT at a check: it needs sft.check_every > 0"):
+        SFTConfig(until_p=0.7, max_steps=400)
+    with pytest.raises(ConfigError, match="needs sft.max_steps, the SFT's most steps, at least sft.steps=300; got 200"):
+        SFTConfig(until_p=0.7, check_every=10, max_steps=200)
+    with pytest.raises(ConfigError, match="got None"):
+        SFTConfig(until_p=0.7, check_every=10)
+    with pytest.raises(ConfigError, match="sft.max_steps caps the steps that sft.until_p adds"):
+        SFTConfig(max_steps=400)
+    with pytest.raises(ConfigError, match="sft.until_p must be in"):
+        SFTConfig(until_p=1.5, check_every=10, max_steps=400)
+
+    base = dict(steps=8, warmup_steps=2, lr=3e-3, num_examples=100, batch_size=8)
+    checked = dict(check_every=3, check_problems=4, max_steps=14)
+    tok = load_tokenizer(str(tiny_model_dir))
+    valid = valid_sequences(tok, SFTConfig(**base, **checked, until_p=0.5))
+    assert len(valid) == 4 and all(r[-1] == tok.eos_token_id for _, r in valid)  # whole solutions
+    assert [p for p, _ in valid] != [p for p, _ in sft_sequences(tok, 4, 0, 64)]  # their own draw, not the SFT's
+
+    def rows(name, **kw):
+        run_sft(ModelConfig(path=str(tiny_model_dir)), SFTConfig(**base, **kw), tmp_path / name, progress=False)
+        return [json.loads(l) for l in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
+
+    plain = rows("plain")
+    capsys.readouterr()
+    ended = rows("ended", **checked, until_p=0.0)  # every check reaches 0: the SFT ends at the first
+    assert len(ended) == 3 and ["sft/p_valid" in r for r in ended] == [False, False, True]
+    assert "mean P(worked solution) 0.000 >= sft.until_p=0.0 at step 3: the SFT ends there" in capsys.readouterr().out
+    assert sft_outcome(tmp_path / "ended") == {"steps": 3, "p_long": None, "p_valid": ended[-1]["sft/p_valid"]}
+
+    longer = rows("longer", **checked, until_p=1.0)  # P = 1 exactly is never reached: on to max_steps
+    said = capsys.readouterr().out
+    assert "is under sft.until_p=1.0 after 8 steps: the SFT goes on at its last learning rate" in said
+    assert "stops at sft.max_steps=14" in said
+    assert len(longer) == 14 and [r["step"] for r in longer if "sft/p_valid" in r] == [3, 6, 9, 12]
+    cfg = SFTConfig(**base)
+    assert [r["sft/lr"] for r in longer] == [lr_at(i, cfg) for i in range(8)] + [lr_at(7, cfg)] * 6
+    # the checks change nothing in the training: the same losses as without them, step for step
+    assert [r["sft/loss"] for r in longer[:8]] == [r["sft/loss"] for r in plain]
+    assert [r["sft/loss"] for r in ended] == [r["sft/loss"] for r in plain[:3]]
+    cut = rows("cut", **{**checked, "max_steps": 12}, until_p=1.0)
+    saved = load_model(str(tmp_path / "cut" / "model"))  # the last check's model, scored again
+    assert cut[-1]["sft/p_valid"] == pytest.approx(mean_p_reference(saved, valid, SamplingParams()), rel=1e-5,
+                                                    abs=1e-30)

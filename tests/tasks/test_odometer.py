@@ -415,7 +415,7 @@ def test_sft_checks_log_p_at_length_and_tail_until_p_long_drops_the_tail_there(t
         SFTConfig(task="builtin:odometer", max_size=300, check_every=10, tail_until_p_long=0.5)
     with pytest.raises(ConfigError, match="check_min_size=200 is past the SFT's largest problem \\(100 steps\\)"):
         SFTConfig(task="builtin:odometer", max_size=100, check_every=10, check_min_size=200)
-    with pytest.raises(ConfigError, match="not builtin:chain's"):
+    with pytest.raises(ConfigError, match="for builtin:chain it needs sft.until_p"):
         SFTConfig(check_every=10)
     with pytest.raises(ConfigError, match="tail_max_size.*got None"):  # the tail's own error first
         SFTConfig(task="builtin:odometer", tail=0.1, check_every=10)
@@ -472,4 +472,4 @@ def test_sft_checks_log_p_at_length_and_tail_until_p_long_drops_the_tail_there(t
     assert any(n >= tail_tokens for n in seen[2:6])  # the full phase's first 4 steps draw from the tail too
     assert all(n < tail_tokens for n in seen[6:])  # then never
     assert [r["sft/loss"] for r in dropped[:6]] == [r["sft/loss"] for r in kept[:6]]  # the same steps until then
-    assert sft_outcome(tmp_path / "dropped") == {"steps": 30, "p_long": dropped[-1]["sft/p_long"]}
+    assert sft_outcome(tmp_path / "dropped") == {"steps": 30, "p_long": dropped[-1]["sft/p_long"], "p_valid": None}

@@ -57,6 +57,13 @@ class SFTConfig:
     check_problems: int = 64
     check_min_size: int = 167  # odometer: n + 1 = 168 lines of 6 tokens, ~1,000 answer tokens
     tail_until_p_long: float | None = None
+    # until_p: at the same checks, the exact P(worked solution) of check_problems validation problems drawn from the
+    # SFT's own size law (their own seed), logged as `sft/p_valid`; the SFT ends at the first check whose mean is at
+    # least until_p, and goes on past `steps` at the schedule's last learning rate while it is not, up to max_steps
+    # in all. What a warm start knows is then measured, where a fixed number of steps left it to the seed and the
+    # machine's rounding: the demo's SFT seeds ended 13-20 points apart after 300 steps (README)
+    until_p: float | None = None
+    max_steps: int | None = None
     # torch threads for the SFT's training steps (0: as `train.threads`); its ops gave bit-identical weights with
     # 1 and 2 threads on CPU (docs/long_run.md), so a run whose engine wants one thread can train its SFT on two
     threads: int = 0
@@ -89,10 +96,19 @@ class SFTConfig:
             if self.tail_max_size is None or not self.max_size < self.tail_max_size <= ODOMETER_MAX_STEPS:
                 raise ConfigError(f"sft.tail needs sft.tail_max_size in (sft.max_size={self.max_size}, "
                                   f"{ODOMETER_MAX_STEPS}], got {self.tail_max_size}")
-        if self.check_every and self.task != BuiltinTask.ODOMETER.value:
-            raise ConfigError(f"sft.check_every scores odometer's worked solutions (its one correct form), not "
-                              f"{self.task}'s")
-        if self.check_every and self.check_min_size > self.largest_size:
+        if self.until_p is not None:
+            share("sft.until_p", self.until_p, " (a mean probability)")
+            if not self.check_every:
+                raise ConfigError("sft.until_p ends the SFT at a check: it needs sft.check_every > 0")
+            if self.max_steps is None or self.max_steps < self.steps:
+                raise ConfigError(f"sft.until_p needs sft.max_steps, the SFT's most steps, at least "
+                                  f"sft.steps={self.steps}; got {self.max_steps}")
+        elif self.max_steps is not None:
+            raise ConfigError("sft.max_steps caps the steps that sft.until_p adds; set that too, or leave both out")
+        if self.check_every and self.until_p is None and self.task != BuiltinTask.ODOMETER.value:
+            raise ConfigError(f"sft.check_every alone measures odometer's long worked solutions (sft/p_long); for "
+                              f"{self.task} it needs sft.until_p (sft/p_valid, the SFT's own size law)")
+        if self.check_every and self.task == BuiltinTask.ODOMETER.value and self.check_min_size > self.largest_size:
             raise ConfigError(f"sft.check_min_size={self.check_min_size} is past the SFT's largest problem "
                               f"({self.largest_size} steps)")
         if self.tail_until_p_long is not None:

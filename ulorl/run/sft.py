@@ -23,6 +23,10 @@ still learns the long answers, but from a warm start that writes some of them (d
 >= `sft.check_min_size` steps (`check_sequences`, under the evaluation's sampler) is logged as `sft/p_long`; with
 `sft.tail_until_p_long`, the tail leaves the full phase at the first check that reaches that mean: how far the
 tail takes the long answers is then measured, where a fixed number of tail steps left it to the machine's rounding.
+With `sft.until_p`, the same checks also score validation problems from the SFT's own size law (`valid_sequences`,
+`sft/p_valid`) and the SFT ends at the first whose mean reaches `sft.until_p`, going on past `sft.steps` at its last
+learning rate while none does (up to `sft.max_steps`): the demo's warm start is then a measured accuracy, where 300
+steps left it to the SFT seed (13-20 points apart; README).
 The loss is the mean cross-entropy over response tokens
 (prompt tokens are not trained). Batches are random (`sft.bucketed=false`, the
 default: mixed lengths learn the task more reliably) or length-bucketed under a
@@ -50,6 +54,7 @@ SFT_SEED_OFFSET = 7919  # SFT problems never share a seed with the RL train/eval
 HEADS_SEED_OFFSET = 104729  # the heads' problems are not the whole solutions' problems
 TAIL_SEED_OFFSET = 130363  # nor the tail's
 CHECK_SEED_OFFSET = 155921  # nor the checks' validation problems
+VALID_SEED = 180749  # nor `sft.until_p`'s, which are the same for every `sft.seed`
 SHORT_LOSS_WINDOW = 100  # `sft.short_until_loss` compares the mean loss of the short phase's last this many steps
 
 
@@ -94,6 +99,15 @@ def check_sequences(tokenizer, cfg: SFTConfig) -> list[tuple[list[int], list[int
     odometer problems with sizes uniform on [`sft.check_min_size`, the SFT's largest], on their own seed."""
     return sft_sequences(tokenizer, cfg.check_problems, cfg.seed + CHECK_SEED_OFFSET, cfg.largest_size,
                          BuiltinTask.ODOMETER.value, uniform=1.0, min_size=cfg.check_min_size)
+
+
+def valid_sequences(tokenizer, cfg: SFTConfig) -> list[tuple[list[int], list[int]]]:
+    """The validation problems of `sft.until_p`: `sft.check_problems` whole worked solutions (EOS included) of
+    `sft.task` drawn from the SFT's own size law (`sft.max_size`, `sft.alpha`, `sft.uniform`), on their own seed,
+    the same for every `sft.seed`: the seeds' warm starts are measured on the same problems (256 draws of the demo's
+    long-tailed law put one model's mean 8 points apart)."""
+    return sft_sequences(tokenizer, cfg.check_problems, VALID_SEED, cfg.max_size, cfg.task, cfg.alpha,
+                         uniform=cfg.uniform)
 
 
 def mean_p_reference(model, seqs: list[tuple[list[int], list[int]]], params: SamplingParams) -> float:
@@ -168,11 +182,13 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
         short = sft_sequences(tok, cfg.num_examples, cfg.seed, min(cfg.short_max_size, cfg.max_size), cfg.task,
                               cfg.alpha, cfg.max_response_tokens, cfg.uniform)
         phases.insert(0, (short + heads, cfg.short_steps, True, None))
-    checks = check_sequences(tok, cfg) if cfg.check_every else []
+    checks = check_sequences(tok, cfg) if cfg.check_every and cfg.task == BuiltinTask.ODOMETER.value else []
+    valid = valid_sequences(tok, cfg) if cfg.until_p is not None else []
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
     gen = torch.Generator().manual_seed(cfg.seed)
     model.train()
     losses: list[float] = []
+    met = False  # a check met `sft.until_p`: the SFT ends there
     t0 = time.time()
     with open(out / "metrics.jsonl", "w") as log, tqdm(total=cfg.steps, desc="sft", disable=not progress) as bar:
         for data, planned, is_short, without_tail in phases:
@@ -180,7 +196,8 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
             order: list[int] = []  # each phase's first epoch over the buckets starts with it
             taken = 0
             tail_in = bool(tail)  # until a check meets `sft.tail_until_p_long`
-            while taken < planned or (is_short and _short_phase_goes_on(losses, taken, cfg, bar)):
+            while not met and (taken < planned or (_short_phase_goes_on(losses, taken, cfg, bar) if is_short
+                                                   else _full_phase_goes_on(len(losses), taken == planned, cfg, bar))):
                 if cfg.bucketed:
                     if not order:  # a new epoch over the buckets, in random order
                         order = torch.randperm(len(batches), generator=gen).tolist()
@@ -188,8 +205,8 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
                 else:
                     idx = torch.randint(len(data), (cfg.batch_size,), generator=gen).tolist()
                 ids, attn, labels = _batch([data[i] for i in idx], tok.pad_token_id)
-                # the schedule holds at the short phase's last step while that phase goes on past it
-                lr = lr_at(min(taken, planned - 1) if is_short else cfg.short_steps + taken, cfg)
+                # the schedule holds at a phase's last step while that phase goes on past it
+                lr = lr_at(min(taken, planned - 1) if is_short else cfg.short_steps + min(taken, planned - 1), cfg)
                 for g in opt.param_groups:
                     g["lr"] = lr
                 loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
@@ -201,12 +218,16 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
                 taken += 1
                 row = {"step": len(losses), "sft/loss": losses[-1], "sft/lr": lr,
                        "sft/phase": "short" if is_short else "full"}
-                if checks and not is_short and taken % cfg.check_every == 0:
-                    row["sft/p_long"] = mean_p_reference(model, checks, check_params)
-                    if tail_in and _tail_leaves(row["sft/p_long"], len(losses), cfg):
-                        tail_in, data, order = False, without_tail, []  # a new epoch over the other examples
-                        batches = bucket_batches([len(p) + len(r) for p, r in data], cfg.batch_tokens,
-                                                 cfg.batch_size)
+                if cfg.check_every and not is_short and taken % cfg.check_every == 0:
+                    if checks:
+                        row["sft/p_long"] = mean_p_reference(model, checks, check_params)
+                        if tail_in and _tail_leaves(row["sft/p_long"], len(losses), cfg):
+                            tail_in, data, order = False, without_tail, []  # a new epoch over the other examples
+                            batches = bucket_batches([len(p) + len(r) for p, r in data], cfg.batch_tokens,
+                                                     cfg.batch_size)
+                    if valid:
+                        row["sft/p_valid"] = mean_p_reference(model, valid, check_params)
+                        met = _sft_ends(row["sft/p_valid"], len(losses), cfg)
                 log.write(json.dumps({**row, "timing_s/elapsed": time.time() - t0}) + "\n")
                 bar.set_postfix(loss=f"{losses[-1]:.3f}")
                 bar.update()
@@ -240,12 +261,29 @@ def _short_phase_goes_on(losses: list[float], taken: int, cfg: SFTConfig, bar) -
     return True
 
 
+def _full_phase_goes_on(trained: int, at_planned_end: bool, cfg: SFTConfig, bar) -> bool:
+    """Past its planned steps, the full phase goes on while no check has met `sft.until_p` (the caller stops at one
+    that does), up to `sft.max_steps` steps of the SFT in all (`trained` so far); says so once when it goes on
+    (`at_planned_end`), once when it stops at the cap."""
+    if cfg.until_p is None:
+        return False
+    if trained >= cfg.max_steps:
+        say(f"sft: stops at sft.max_steps={cfg.max_steps}, the validation problems' mean P(worked solution) still "
+            f"under sft.until_p={cfg.until_p}")
+        return False
+    if at_planned_end:
+        say(f"sft: the validation problems' mean P(worked solution) is under sft.until_p={cfg.until_p} after "
+            f"{trained} steps: the SFT goes on at its last learning rate (at most sft.max_steps={cfg.max_steps})")
+    bar.total += 1
+    return True
+
+
 def sft_outcome(out_dir: str | Path) -> dict:
-    """From an SFT folder's metrics.jsonl: `steps` trained and, with `sft.check_every`, the last check's `p_long`
-    (None without checks)."""
+    """From an SFT folder's metrics.jsonl: `steps` trained and the last check's `p_long` (odometer's long
+    problems, with `sft.check_every`) and `p_valid` (with `sft.until_p`); None without such checks."""
     rows = [json.loads(line) for line in (Path(out_dir) / "metrics.jsonl").read_text().splitlines()]
-    checks = [r["sft/p_long"] for r in rows if "sft/p_long" in r]
-    return {"steps": len(rows), "p_long": checks[-1] if checks else None}
+    last = {k: [r[f"sft/{k}"] for r in rows if f"sft/{k}" in r] for k in ("p_long", "p_valid")}
+    return {"steps": len(rows), **{k: v[-1] if v else None for k, v in last.items()}}
 
 
 def _tail_leaves(p_long: float, step: int, cfg: SFTConfig) -> bool:
@@ -254,6 +292,16 @@ def _tail_leaves(p_long: float, step: int, cfg: SFTConfig) -> bool:
         return False
     say(f"sft: the validation problems' mean P(worked solution) {p_long:.3f} >= sft.tail_until_p_long="
         f"{cfg.tail_until_p_long} at step {step}: the rest of the full phase trains without the tail")
+    return True
+
+
+def _sft_ends(p_valid: float, step: int, cfg: SFTConfig) -> bool:
+    """Whether a check's mean P(worked solution) of the validation problems meets `sft.until_p` (says so when it
+    does)."""
+    if p_valid < cfg.until_p:
+        return False
+    say(f"sft: the validation problems' mean P(worked solution) {p_valid:.3f} >= sft.until_p={cfg.until_p} at step "
+        f"{step}: the SFT ends there")
     return True
 
 

@@ -1,7 +1,8 @@
 """`ulorl sft` end to end: warm start, then held-out accuracy and the length distribution.
 
-The report (`sft_report.json` in the run folder) gives the SFT's steps (and, with `sft.check_every`, its last
-check's mean P(worked solution) at length), avg@k / pass@k on the
+The report (`sft_report.json` in the run folder) gives the SFT's steps (and its last checks' mean P(worked
+solution): at length with `sft.check_every` on odometer, `p_long`; of the SFT's size law with `sft.until_p`,
+`p_valid`), avg@k / pass@k on the
 held-out split and the response-length distribution of the SFT model's samples
 (mean, p50, p90, max, max/mean), the evidence that the built-in task is long-tailed;
 with `eval.reference`, also the exact P(worked solution) means (`ulorl.evaluation.reference`).
