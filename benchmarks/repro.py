@@ -69,8 +69,10 @@ def warm_start(out: Path, quick: bool) -> Path:
     model = out / "sft" / "model"
     if (model / "model.safetensors").exists():
         return model
+    quick_sets = ["sft.until_p=null", "sft.max_steps=null", "sft.check_every=0", "sft.steps=20", "eval.k=2",
+                  "eval.num_problems=20"]  # 20 fixed SFT steps: plumbing only
     cmd = [sys.executable, "-m", "ulorl.cli", "sft", "-c", "configs/demo.yaml", "-o", str(out / "sft"),
-           "logging.progress=false"] + (["sft.steps=20", "eval.k=2", "eval.num_problems=20"] if quick else [])
+           "logging.progress=false"] + (quick_sets if quick else [])
     print(f"[repro] SFT warm start -> {model}", flush=True)
     subprocess.run(cmd, cwd=ROOT, check=True, env=_env(), stdout=subprocess.DEVNULL)
     return model

@@ -69,6 +69,13 @@ class SFTConfig:
     threads: int = 0
 
     @property
+    def length_text(self) -> str:
+        """How long the SFT trains, in words (`300 steps`; with `until_p`, the target and the cap)."""
+        if self.until_p is None:
+            return f"{self.steps} steps"
+        return f"until the validation P(worked solution) >= {self.until_p} at a check, at most {self.max_steps} steps"
+
+    @property
     def largest_size(self) -> int:
         """The largest problem the SFT trains on: the tail's when there is one, else `max_size`."""
         return self.tail_max_size if self.tail else self.max_size

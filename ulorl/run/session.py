@@ -128,7 +128,7 @@ def prepare_model(cfg: RunConfig, run_dir: Path) -> tuple[str, float | None]:
     started = time.perf_counter()
     tmp = run_dir / f"warm_start.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
-    say(f"SFT warm start ({cfg.sft.steps} steps) -> {run_dir / 'warm_start'}")
+    say(f"SFT warm start ({cfg.sft.length_text}) -> {run_dir / 'warm_start'}")
     run_sft(cfg.model, cfg.sft, tmp, progress=cfg.logging.progress, check_params=cfg.eval.sampling())
     shutil.rmtree(run_dir / "warm_start", ignore_errors=True)
     os.replace(tmp, run_dir / "warm_start")
