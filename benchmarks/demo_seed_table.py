@@ -72,11 +72,12 @@ def main() -> int:
             sft = [json.loads(line) for line in f]
         checks = [r["sft/p_valid"] for r in sft if "sft/p_valid" in r]
         paired = summary["eval_paired"]
+        correct = json.loads((run / "history.json").read_text())["eval_correct"]
         row = {"run": str(run),
                "sft": {"steps": len(sft), "last_lr": sft[-1]["sft/lr"], "p_valid": checks[-1] if checks else None},
                "before": summary["eval_before"]["avg@k"], "after": summary["eval_after"]["avg@k"],
                "paired": {k: paired[k] for k in ("delta", "se", "z", "better", "worse")},
-               "by_size": by_size(args.config, args.set, json.loads((run / "history.json").read_text())["eval_correct"]),
+               "by_size": by_size(args.config, args.set, correct),
                "phase_s": summary["phase_s"], "wall_s": summary["wall_s"]}
         table[f"{sft_seed}/{train_seed}"] = row
         print(f"{sft_seed}/{train_seed}: SFT {row['sft']['steps']} steps, avg@k {row['before']:.3f} -> "

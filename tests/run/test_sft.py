@@ -183,8 +183,8 @@ def test_sft_until_p_ends_at_the_first_check_that_meets_it_or_goes_on_at_the_las
     base = dict(steps=8, warmup_steps=2, lr=3e-3, num_examples=100, batch_size=8)
     checked = dict(check_every=3, check_problems=4, max_steps=14)
     assert SFTConfig(**base).length_text == "8 steps"  # what `ulorl train` says it makes
-    assert SFTConfig(**base, **checked, until_p=0.5).length_text == ("until the validation P(worked solution) >= 0.5 at "
-                                                                     "a check, at most 14 steps")
+    said = "until the validation P(worked solution) >= 0.5 at a check, at most 14 steps"
+    assert SFTConfig(**base, **checked, until_p=0.5).length_text == said
     tok = load_tokenizer(str(tiny_model_dir))
     valid = valid_sequences(tok, SFTConfig(**base, **checked, until_p=0.5))
     assert len(valid) == 4 and all(r[-1] == tok.eos_token_id for _, r in valid)  # whole solutions

@@ -58,10 +58,11 @@ class SFTConfig:
     check_min_size: int = 167  # odometer: n + 1 = 168 lines of 6 tokens, ~1,000 answer tokens
     tail_until_p_long: float | None = None
     # until_p: at the same checks, the exact P(worked solution) of check_problems validation problems drawn from the
-    # SFT's own size law (their own seed), logged as `sft/p_valid`; the SFT ends at the first check whose mean is at
-    # least until_p, and goes on past `steps` at the schedule's last learning rate while it is not, up to max_steps
-    # in all. What a warm start knows is then measured, where a fixed number of steps left it to the seed and the
-    # machine's rounding: the demo's SFT seeds ended 13-20 points apart after 300 steps (README)
+    # SFT's own size law (their own seed, the same for every sft.seed), logged as `sft/p_valid`; the SFT ends at the
+    # first check whose mean is at least until_p, and goes on past `steps` at the schedule's last learning rate while
+    # it is not, up to max_steps in all. What a warm start knows is then measured, where a fixed number of steps
+    # left it to the seed and the machine's rounding: the demo's SFT seeds ended 13-20 points apart after 300 steps
+    # (README)
     until_p: float | None = None
     max_steps: int | None = None
     # torch threads for the SFT's training steps (0: as `train.threads`); its ops gave bit-identical weights with

@@ -228,6 +228,8 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
                     if valid:
                         row["sft/p_valid"] = mean_p_reference(model, valid, check_params)
                         met = _sft_ends(row["sft/p_valid"], len(losses), cfg)
+                        if met:  # the bar ends full: the schedule's length was a plan, not a promise
+                            bar.total = len(losses)
                 log.write(json.dumps({**row, "timing_s/elapsed": time.time() - t0}) + "\n")
                 bar.set_postfix(loss=f"{losses[-1]:.3f}")
                 bar.update()
