@@ -108,11 +108,8 @@ class SFTConfig:
             share("sft.until_p", self.until_p, " (a mean probability)")
             if not self.check_every:
                 raise ConfigError("sft.until_p ends the SFT at a check: it needs sft.check_every > 0")
-            if self.max_steps is None or self.max_steps < self.steps:
-                raise ConfigError(f"sft.until_p needs sft.max_steps, the SFT's most steps, at least "
-                                  f"sft.steps={self.steps}; got {self.max_steps}")
-        elif self.max_steps is not None:
-            raise ConfigError("sft.max_steps caps the steps that sft.until_p adds; set that too, or leave both out")
+        _capped_extension("sft.until_p", self.until_p, "sft.max_steps", self.max_steps, "the SFT's most steps",
+                          "sft.steps", self.steps)
         if self.check_every and self.until_p is None and self.task != BuiltinTask.ODOMETER.value:
             raise ConfigError(f"sft.check_every alone measures odometer's long worked solutions (sft/p_long); for "
                               f"{self.task} it needs sft.until_p (sft/p_valid, the SFT's own size law)")
@@ -131,13 +128,20 @@ class SFTConfig:
             positive("sft.short_until_loss", self.short_until_loss)
             if not self.short_steps:
                 raise ConfigError("sft.short_until_loss extends the short phase: it needs sft.short_steps > 0")
-            if self.short_max_steps is None or self.short_max_steps < self.short_steps:
-                raise ConfigError(f"sft.short_until_loss needs sft.short_max_steps, the short phase's most steps, at "
-                                  f"least sft.short_steps={self.short_steps}; got {self.short_max_steps}")
-        elif self.short_max_steps is not None:
-            raise ConfigError("sft.short_max_steps caps the steps that sft.short_until_loss adds; set that too, "
-                              "or leave both out")
+        _capped_extension("sft.short_until_loss", self.short_until_loss, "sft.short_max_steps", self.short_max_steps,
+                          "the short phase's most steps", "sft.short_steps", self.short_steps)
         check_choice("sft.task", self.task, BuiltinTask)
         for k in ("alpha", "max_response_tokens"):
             if getattr(self, k) is not None:
                 positive(f"sft.{k}", getattr(self, k))
+
+
+def _capped_extension(key: str, target: float | None, cap_key: str, cap: int | None, cap_meaning: str,
+                      floor_key: str, floor: int) -> None:
+    """A target (`key`) that lets a phase go on past its planned `floor` steps needs a cap of at least `floor`; a cap
+    without its target is refused."""
+    if target is not None:
+        if cap is None or cap < floor:
+            raise ConfigError(f"{key} needs {cap_key}, {cap_meaning}, at least {floor_key}={floor}; got {cap}")
+    elif cap is not None:
+        raise ConfigError(f"{cap_key} caps the steps that {key} adds; set that too, or leave both out")
