@@ -18,33 +18,34 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import sys
 from pathlib import Path
 
 from benchlib import emit, machine
-from long_seed_table import _pairs, _run, _tag
+from long_seed_table import ULORL, _pairs, _run, _tag
 
-ROOT = Path(__file__).resolve().parents[1]
-ULORL = [sys.executable, "-m", "ulorl.cli"]
 SIZE_BUCKETS = ((1, 4), (5, 8), (9, 16), (17, 32), (33, 64))  # the chain task's steps; answers of 2n + 3 tokens
 
 
-def by_size(config: str, sets: list[str], correct: dict) -> dict:
-    """Mean held-out accuracy before and after RL per bucket of problem size, from the run's per-problem correct
-    counts (`history.json`'s `eval_correct`, over `eval.k` samples each)."""
+def held_out_sizes(config: str, sets: list[str]) -> tuple[list[int], int]:
+    """The size of each held-out problem the evaluation samples, in order, and its `eval.k`."""
     from ulorl.config import load_run_config
     from ulorl.data import load_prompts
     from ulorl.models import load_tokenizer
 
     cfg = load_run_config(config, sets)
     rows, _ = load_prompts(cfg.data, load_tokenizer(cfg.model.path), "eval")
-    sizes = [r.extra_info["size"] for r in cfg.eval.sampled(rows)]
+    return [r.extra_info["size"] for r in cfg.eval.sampled(rows)], cfg.eval.k
+
+
+def by_size(sizes: list[int], k: int, correct: dict) -> dict:
+    """Mean held-out accuracy before and after RL per bucket of problem size (`sizes`, from `held_out_sizes`), from
+    the run's per-problem correct counts (`history.json`'s `eval_correct`, over `k` samples each)."""
     out = {}
     for lo, hi in SIZE_BUCKETS:
         idx = [i for i, n in enumerate(sizes) if lo <= n <= hi]
         if idx:
             out[f"{lo}-{hi}"] = {"problems": len(idx), **{
-                k: round(sum(correct[k][i] for i in idx) / (len(idx) * cfg.eval.k), 4) for k in ("before", "after")}}
+                when: round(sum(correct[when][i] for i in idx) / (len(idx) * k), 4) for when in ("before", "after")}}
     return out
 
 
@@ -60,6 +61,7 @@ def main() -> int:
     pairs = _pairs(args.pairs, {})
     load0 = os.getloadavg()
     tag = _tag(args.set)
+    sizes, k = held_out_sizes(args.config, args.set)
     table = {}
     for sft_seed, train_seed in pairs:
         run = Path(args.runs) / tag / f"{sft_seed}_{train_seed}"
@@ -77,7 +79,7 @@ def main() -> int:
                "sft": {"steps": len(sft), "last_lr": sft[-1]["sft/lr"], "p_valid": checks[-1] if checks else None},
                "before": summary["eval_before"]["avg@k"], "after": summary["eval_after"]["avg@k"],
                "paired": {k: paired[k] for k in ("delta", "se", "z", "better", "worse")},
-               "by_size": by_size(args.config, args.set, correct),
+               "by_size": by_size(sizes, k, correct),
                "phase_s": summary["phase_s"], "wall_s": summary["wall_s"]}
         table[f"{sft_seed}/{train_seed}"] = row
         print(f"{sft_seed}/{train_seed}: SFT {row['sft']['steps']} steps, avg@k {row['before']:.3f} -> "
