@@ -36,7 +36,8 @@ def _cpu_model() -> str:
             fields.setdefault(key.strip(), value.strip())
     except OSError:
         return platform.processor() or "unknown"
-    return f"{fields.get('model name', 'unknown')} (family {fields.get('cpu family', '?')}, model {fields.get('model', '?')})"
+    family, model = fields.get("cpu family", "?"), fields.get("model", "?")
+    return f"{fields.get('model name', 'unknown')} (family {family}, model {model})"
 
 
 def machine(load_before: tuple[float, float, float] | None = None) -> dict:
