@@ -13,6 +13,8 @@ from pathlib import Path
 
 import torch
 
+from ulorl.run.numerics import cpu_model_id
+
 
 def quiet_torch(threads: int = 1) -> None:
     """`threads` torch threads (one: timings that other jobs on the machine disturb least) and no
@@ -27,24 +29,11 @@ def quiet_torch(threads: int = 1) -> None:
 _ROUNDING_ENV = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "MKL_ENABLE_INSTRUCTIONS", "ONEDNN_MAX_CPU_ISA")
 
 
-def _cpu_model() -> str:
-    """The CPU's model name, with family and model numbers (two "AMD EPYC" generations share the name)."""
-    fields = {}
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            key, _, value = line.partition(":")
-            fields.setdefault(key.strip(), value.strip())
-    except OSError:
-        return platform.processor() or "unknown"
-    family, model = fields.get("cpu family", "?"), fields.get("model", "?")
-    return f"{fields.get('model name', 'unknown')} (family {family}, model {model})"
-
-
 def machine(load_before: tuple[float, float, float] | None = None) -> dict:
     """CPU count and model, versions, torch threads, the kernel family torch's CPU ops run (with any environment
     variable that changes the machine's rounding) and the load average before (if given) and now."""
     info = {"cpus": os.cpu_count(), "processor": platform.processor() or platform.machine(),
-            "cpu_model": _cpu_model(), "python": platform.python_version(), "torch": torch.__version__,
+            "cpu_model": cpu_model_id(), "python": platform.python_version(), "torch": torch.__version__,
             "threads": torch.get_num_threads(), "cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "loadavg_after": os.getloadavg()}
     rounding_env = {name: os.environ[name] for name in _ROUNDING_ENV if name in os.environ}

@@ -203,3 +203,20 @@ def test_ulorl_eval_pins_before_it_samples_and_reports_it(tiny_model_dir, tmp_pa
     subprocess.run(cmd, env=_env_without_pins(), capture_output=True, text=True, timeout=300, check=True)
     report = json.loads((tmp_path / "eval" / "results.json").read_text())["cpu_numerics"]
     assert (report["mode"], report["torch_cpu_capability"], report["mkl_cbwr"]) == ("portable", "AVX2", "COMPATIBLE")
+
+
+def test_cpuinfo_reads_the_first_processor_and_the_model_id_names_family_and_model(tmp_path, monkeypatch):
+    """Two AMD EPYC generations share the model name; the family and model numbers tell them apart."""
+    from ulorl.run import numerics
+
+    info = tmp_path / "cpuinfo"
+    info.write_text("processor\t: 0\ncpu family\t: 25\nmodel\t\t: 17\nmodel name\t: AMD EPYC\nflags\t\t: a:b\n\n"
+                    "processor\t: 1\ncpu family\t: 6\nmodel\t\t: 143\nmodel name\t: Other\n")
+    fields = numerics._cpuinfo(str(info))
+    assert (fields["model name"], fields["cpu family"], fields["model"], fields["flags"]) == ("AMD EPYC", "25", "17",
+                                                                                             "a:b")
+    monkeypatch.setattr(numerics, "_cpuinfo", lambda: fields)
+    assert numerics.cpu_name() == "AMD EPYC"
+    assert numerics.cpu_model_id() == "AMD EPYC (family 25, model 17)"
+    monkeypatch.setattr(numerics, "_cpuinfo", lambda: {})  # no /proc/cpuinfo: the name alone
+    assert numerics.cpu_model_id() == numerics.cpu_name()

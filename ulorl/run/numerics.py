@@ -80,13 +80,28 @@ def numerics_report(mode: str) -> dict:
             "mkl_cbwr": os.environ.get("MKL_CBWR", ""), "threads": torch.get_num_threads(), "cpu": cpu_name()}
 
 
-def cpu_name() -> str:
-    """The CPU model as /proc/cpuinfo names it (elsewhere platform.processor(), or "unknown")."""
+def _cpuinfo(path: str = "/proc/cpuinfo") -> dict[str, str]:
+    """The first processor's fields in /proc/cpuinfo (empty where there is none)."""
+    fields: dict[str, str] = {}
     try:
-        with open("/proc/cpuinfo") as f:
+        with open(path) as f:
             for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
+                key, _, value = line.partition(":")
+                fields.setdefault(key.strip(), value.strip())
     except OSError:
         pass
-    return platform.processor() or "unknown"
+    return fields
+
+
+def cpu_name() -> str:
+    """The CPU model as /proc/cpuinfo names it (elsewhere platform.processor(), or "unknown")."""
+    return _cpuinfo().get("model name") or platform.processor() or "unknown"
+
+
+def cpu_model_id() -> str:
+    """`cpu_name()` with /proc/cpuinfo's family and model numbers, which tell apart CPUs that share a name (two AMD
+    EPYC generations both name themselves "AMD EPYC")."""
+    fields = _cpuinfo()
+    if "cpu family" not in fields:
+        return cpu_name()
+    return f"{cpu_name()} (family {fields['cpu family']}, model {fields.get('model', '?')})"
