@@ -74,11 +74,12 @@ EOF
 mkdir -p "$OUT"
 # -- 1b. the paged torch engine's figures (issue 26; first, so that a short loan measures them) -------------
 # benchmarks/gpu_paged_check.py: device bandwidth; the flex decode path at 256 rows x 8k with CUDA graphs and its
-# settings side by side (full blocks, Triton stages / warps / SPLIT_KV, 128-token blocks; the rest runs on the
-# fastest); segment rollout M = 1 and 4 on 32 groups x 8 (L = 16k, mean length L/8), trained
-# samples/s; decode ms/iteration of the Qwen2.5-0.5B shape (random bf16 weights) at 64 and 256 rows x 2k/8k/32k
-# contexts next to the bandwidth floor; a Qwen3-1.7B-shaped batch of 128 rows at 16k (long tail) in the pool that
-# slots need for 25 rows; M = 2 and 8.
+# settings side by side (full blocks, Triton stages / warps / SPLIT_KV, 128-token blocks), and our Triton kernel
+# (stages, slices, 128-token blocks); paths not started within 90 s are skipped; the rest runs on the fastest;
+# segment rollout M = 1 and 4 on 32 groups x 8 (L = 16k, mean length L/8), trained samples/s; decode
+# ms/iteration of the Qwen2.5-0.5B shape (random bf16 weights) at 64 and 256 rows x 2k/8k/32k contexts next to
+# the bandwidth floor; a Qwen3-1.7B-shaped batch of 128 rows at 16k (long tail) in the pool that slots need for
+# 25 rows; M = 2 and 8.
 # Parts start within PAGED_BUDGET seconds (default 200; the JSON is rewritten after each part, and PAGED_TIMEOUT,
 # default 300 s, ends it). Into $OUT/gpu_check.json ("paged_engine"), quoted by docs/scale.md. DEVICE=cpu: tiny
 # shapes (a dry run). PAGED=0 skips it; PAGED_PATHS picks the decode paths of the side-by-side (--paths).

@@ -5,7 +5,8 @@ model is created here with random weights (hidden 256, 4 layers, 4 heads / 2 KV 
 
 1. correctness: 16 prefixes, two segments each (the second continues the first, as segment rollout does); the
    engine's behaviour log-probs against the learner's recomputation (`LocalLearner.forward`) at every position, TF32
-   off. Reported: the largest absolute difference (the contract: <= 1e-5 in float32).
+   off. Reported: the largest absolute difference (the contract: <= 1e-5 in float32); on CUDA then the same
+   through our Triton decode kernel (`correctness_triton`, `rollout.torch.decode_attention=triton`).
 2. long decoding: 16 rows x 2,048 and 8,192 new tokens (EOS off): tokens/s, ms per decode iteration, peak memory.
 3. segment rollout, M = 1 vs M = 4: rollout rounds of the real `SegmentRollout` (pools, routing) on this engine
    with lengths drawn by the model itself: E = V // 512 EOS ids (at least one) out of the vocabulary make every
@@ -38,14 +39,16 @@ def _sync(dev: torch.device) -> None:
         torch.cuda.synchronize(dev)
 
 
-def correctness(model, tok, dev) -> dict:
+def correctness(model, tok, dev, decode_attention: str = "auto") -> dict:
     from ulorl.config import AlgoConfig, TrainConfig
+    from ulorl.config.rollout import TorchEngineConfig
     from ulorl.learners.local import LocalLearner, make_micro_batches
     from ulorl.rollout.engines import SamplingParams
     from ulorl.rollout.engines.registry import build_engine
     from ulorl.trajectory import Trajectory
 
-    eng = build_engine("torch", model, tok, [tok.eos_token_id], max_batch=5)
+    eng = build_engine("torch", model, tok, [tok.eos_token_id], max_batch=5,
+                       torch=TorchEngineConfig(decode_attention=decode_attention))
     params = SamplingParams(temperature=0.85)
     prefixes = [[5 + (i * 7 + j) % 40 for j in range(4 + (i * 5) % 23)] for i in range(16)]
     first = eng.generate(prefixes, 64, params, seed=1)
@@ -64,7 +67,8 @@ def correctness(model, tok, dev) -> dict:
             lp, _ = learner.forward(mb)
         ours = torch.tensor(t.behaviour_logprobs)
         worst = max(worst, float((lp[mb.response_mask].cpu() - ours).abs().max()))
-    return {"max_abs_diff": worst, "tolerance": 1e-5, "ok": worst <= 1e-5}
+    return {"max_abs_diff": worst, "tolerance": 1e-5, "ok": worst <= 1e-5,
+            "decode_attention": eng.decode_attention.value, "fallbacks": eng.table.fallbacks if eng.table else []}
 
 
 def long_decode(model, dev, lengths) -> dict:
@@ -163,6 +167,14 @@ def main() -> int:
     print(f"log-probs against the learner: max abs difference {ok['max_abs_diff']:.2e} (contract 1e-5)",
           file=sys.stderr, flush=True)
     write_result(result, args.out)  # after each part: a run cut short by a timeout keeps what it measured
+    if dev.type == "cuda":
+        try:
+            result["correctness_triton"] = ok = correctness(model, tok, dev, "triton")
+            print(f"log-probs against the learner, Triton decode kernel: max abs difference {ok['max_abs_diff']:.2e}",
+                  file=sys.stderr, flush=True)
+        except Exception as e:  # a finding, not the end of the check
+            result["correctness_triton"] = {"error": f"{type(e).__name__}: {str(e)[:600]}"}
+        write_result(result, args.out)
     result["long_decode"] = long_decode(model, dev, lengths)
     write_result(result, args.out)
     result["segment_rollout"] = segment_rollout(model, tok, dev, L, target)

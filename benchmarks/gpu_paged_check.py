@@ -10,10 +10,12 @@ time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
 1. `bandwidth`: the device's read bandwidth, `sum` over a 4 GiB bfloat16 tensor (median of 5).
 2. `decode_paths`: one decode point (256 rows x 8k) through every decode path of the torch engine, side by side
    (`VARIANT_NAMES`, `--paths`: flex_attention and the gather, with CUDA graphs; flex without; the split-K plan of
-   the CPU; flex with graphs over KV blocks of 128 tokens, with full blocks, with other Triton settings), so the
-   default (`rollout.torch.decode_attention=auto`: flex with graphs on CUDA, blocks of 64, inductor's settings)
-   is chosen on a measurement; the decode table and parts 3-4 run on the fastest path that ran
-   (`decode_attention_used`, `block_size_used`, `flex_used`).
+   the CPU; flex with graphs over KV blocks of 128 tokens, with full blocks, with other Triton settings; our
+   Triton kernel `triton_decode.py` with graphs, its settings and slices), so the default
+   (`rollout.torch.decode_attention=auto`: flex with graphs on CUDA, blocks of 64, inductor's settings) is
+   chosen on a measurement; the decode table and parts 3-4 run on the fastest path that ran
+   (`decode_attention_used`, `block_size_used`, `attention_options_used`). Paths not started within
+   `--paths-budget-s` (90 s) are recorded as skipped, so that segment rollout keeps its time.
    `decode`: the Qwen2.5-0.5B shape (24 layers, hidden 896, 14 heads, 2 KV heads), 64 and 256 rows at contexts
    of 2k, 8k and 32k: ms per decode iteration (sampling included; rows set up in the pool directly, not
    prefilled), next to the floor (weight bytes + KV bytes read) / bandwidth. Target: <= 2x the floor at 256
@@ -181,11 +183,16 @@ def attention_paths(dev: torch.device, rows: int, ctx: int, page: int = 256) -> 
 
 ATTENTION = "auto"  # --decode-attention: the engine's decode path for parts 3 and 4
 BLOCK_SIZE = None  # the KV block size for parts 3 and 4: the fastest path's (None: the engine's default)
-FLEX: dict = {}  # the flex options for parts 3 and 4 (TorchEngine's `flex`): the fastest path's
+OPTIONS: dict = {}  # the decode path's options for parts 3 and 4 (TorchEngine's `attention_options`): the fastest's
 # part 2's side-by-side at one point: every decode path, with and without CUDA graphs
-# --paths: name -> (decode attention, CUDA graphs, KV block size (None: the engine's), flex options)
+# --paths: name -> (decode attention, CUDA graphs, KV block size (None: the engine's), the path's options)
 VARIANT_NAMES = {
     "flex+graphs": ("flex", True, None, {}),
+    # our kernel (`triton_decode.py`): 4 warps, 2 stages, slices per row for ~2 programs per SM (1 at 256 rows)
+    "triton+graphs": ("triton", True, None, {}),
+    "triton+graphs+stages3": ("triton", True, None, {"num_stages": 3}),
+    "triton+graphs+split4": ("triton", True, None, {"splits": 4}),  # 2,048 programs, each a quarter of a row
+    "triton+graphs@128": ("triton", True, 128, {}),  # KV tiles of 128 tokens
     "gather+graphs": ("gather", True, None, {}),
     "flex": ("flex", False, None, {}),
     "split_k": ("split_k", False, None, {}),
@@ -198,24 +205,25 @@ VARIANT_NAMES = {
     # 256 rows x 2 KV heads outnumber the 132 SMs, so inductor does not split a row's blocks (SPLIT_KV 1)
     "flex+graphs+split4": ("flex", True, None, {"kernel_options": {"SPLIT_KV": 4}}),
 }
-# the default side-by-side: flex's settings (gather+graphs, flex eager and split_k measured 147, 21.8 and 98 ms
+# the default side-by-side, most promising first (gather+graphs, flex eager and split_k measured 147, 21.8 and 98 ms
 # against flex+graphs' 17.7 ms on an H200, docs/scale.md; `--paths` runs them again)
-DEFAULT_PATHS = ("flex+graphs", "flex+graphs+full", "flex+graphs+stages3", "flex+graphs+stages3w4",
-                 "flex+graphs+split4", "flex+graphs@128")
+DEFAULT_PATHS = ("flex+graphs", "triton+graphs", "triton+graphs+stages3", "triton+graphs+split4",
+                 "flex+graphs+stages3w4", "flex+graphs+split4", "flex+graphs+full", "triton+graphs@128",
+                 "flex+graphs+stages3", "flex+graphs@128")
 
 
 def engine_for(model, kv_gib: float, max_batch: int, attention: str | None = None, graphs: bool = True,
-               block_size: int | None = None, flex: dict | None = None):
+               block_size: int | None = None, options: dict | None = None):
     from ulorl.rollout.engines.torch import TorchEngine
 
     eos = model.config.vocab_size - 1
     return TorchEngine(model, [eos], max_batch=max_batch, kv_cache_gib=kv_gib, decode_attention=attention or ATTENTION,
                        cuda_graphs=graphs, block_size=block_size or BLOCK_SIZE,
-                       flex=FLEX if flex is None else flex), eos
+                       attention_options=OPTIONS if options is None else options), eos
 
 
 def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int, attention: str | None = None,
-              graphs: bool = True, block_size: int | None = None, flex: dict | None = None) -> dict:
+              graphs: bool = True, block_size: int | None = None, options: dict | None = None) -> dict:
     """ms per decode iteration of `rows` rows whose contexts are `ctx` tokens (set up in the pool, not prefilled)
     through the decode path `attention` (the engine's default when None); the first 2 iterations (compilation,
     graph capture) are not timed."""
@@ -224,7 +232,7 @@ def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int, attenti
     bpt = model.config.num_hidden_layers * 2 * model.config.num_key_value_heads * \
         getattr(model.config, "head_dim", model.config.hidden_size // model.config.num_attention_heads) * 2
     tokens = rows * (ctx + iters + 64)
-    eng, eos = engine_for(model, tokens * bpt / GIB * 1.02 + 0.01, rows, attention, graphs, block_size, flex)
+    eng, eos = engine_for(model, tokens * bpt / GIB * 1.02 + 0.01, rows, attention, graphs, block_size, options)
     cache, blocks = eng._pool_for(ctx + iters + 1)
     sched = eng.scheduler_cls(eng.runner, cache, blocks, eng.stats, [[1] * ctx for _ in range(rows)], iters + 8,
                               SamplingParams(temperature=1.0), 0, [eos], rows, 1, None, 0, eng.table)
@@ -244,7 +252,7 @@ def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int, attenti
     mean_ctx = ctx + 2 + iters / 2
     kv_read = rows * mean_ctx * bpt
     path = {"decode_attention": eng.decode_attention.value, "graphs": eng.graph_mode.value,
-            "block_size": eng.block_size, "flex": eng.flex,
+            "block_size": eng.block_size, "options": eng.attention_options,
             "graphs_captured": len(eng.table.graphs) if eng.table else 0,
             "fallbacks": eng.table.fallbacks if eng.table else []}
     del sched, eng, cache, blocks
@@ -252,16 +260,22 @@ def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int, attenti
 
 
 def decode_variants(model, dev: torch.device, rows: int, ctx: int, iters: int, floor,
-                    names=DEFAULT_PATHS) -> list[dict]:
+                    names=DEFAULT_PATHS, budget_s: float = float("inf"), skipped: list | None = None) -> list[dict]:
     """`decode_ms` through every path of `names` (`VARIANT_NAMES`); a path that fails here (a compiler, a
-    kernel) is recorded."""
+    kernel) is recorded, a path not started within `budget_s` seconds is named in `skipped`."""
     out = []
+    t0 = time.perf_counter()
     for name in names:
-        attention, graphs, block_size, flex = VARIANT_NAMES[name]
+        if time.perf_counter() - t0 > budget_s:
+            (skipped if skipped is not None else []).append(f"decode path {name}: --paths-budget-s")
+            continue
+        attention, graphs, block_size, options = VARIANT_NAMES[name]
+        t1 = time.perf_counter()
         try:
-            r = decode_ms(model, dev, rows, ctx, iters, attention, graphs, block_size, flex)
+            r = decode_ms(model, dev, rows, ctx, iters, attention, graphs, block_size, options)
             r["path"] = name
             r["over_floor"] = r["ms_per_iteration"] / floor(r)
+            r["wall_s"] = time.perf_counter() - t1
         except Exception as e:  # a finding, not a failure of the check
             r = {"path": name, "rows": rows, "context": ctx, "decode_attention": attention, "graphs": graphs,
                  "block_size": block_size, "error": f"{type(e).__name__}: {str(e)[:300]} [...] {str(e)[-500:]}"}
@@ -355,14 +369,16 @@ def main() -> int:
     p.add_argument("--budget-s", type=float, default=300.0)
     p.add_argument("--out", default=None)
     p.add_argument("--decode-attention", default="auto", help="the engine's decode path for the decode table and "
-                   "parts 3-4: auto (the fastest of decode_paths) | flex | gather | split_k")
+                   "parts 3-4: auto (the fastest of decode_paths) | flex | triton | gather | split_k")
     p.add_argument("--paths", default=",".join(DEFAULT_PATHS),
                    help=f"decode_paths' side-by-side, comma-separated from {', '.join(VARIANT_NAMES)}")
+    p.add_argument("--paths-budget-s", type=float, default=90.0,
+                   help="decode_paths: paths not started within this many seconds are skipped")
     args = p.parse_args()
     unknown = [v for v in args.paths.split(",") if v not in VARIANT_NAMES]
     if unknown:
         p.error(f"--paths: unknown {', '.join(unknown)}; expected some of {', '.join(VARIANT_NAMES)}")
-    global ATTENTION, BLOCK_SIZE, FLEX
+    global ATTENTION, BLOCK_SIZE, OPTIONS
     ATTENTION = args.decode_attention
     dev = torch.device(args.device)
     if dev.type == "cuda" and not torch.cuda.is_available():
@@ -392,12 +408,13 @@ def main() -> int:
     wb = weight_bytes(small)
     floor = lambda r: (wb + r["kv_bytes_read"]) / bw["bytes_per_s"] * 1000  # noqa: E731
     res["decode_paths"] = paths = decode_variants(small, dev, 4 if q else 256, 256 if q else 8192, 4 if q else 10,
-                                                  floor, args.paths.split(","))
+                                                  floor, args.paths.split(","), args.paths_budget_s,
+                                                  res["skipped"])
     ok = [r for r in paths if "ms_per_iteration" in r]
     if ATTENTION == "auto" and ok:  # the rest of the check runs on the fastest path that ran here (recorded)
         best = min(ok, key=lambda r: r["ms_per_iteration"])
-        ATTENTION, BLOCK_SIZE, FLEX = best["decode_attention"], best["block_size"], best["flex"]
-    res["decode_attention_used"], res["block_size_used"], res["flex_used"] = ATTENTION, BLOCK_SIZE, FLEX
+        ATTENTION, BLOCK_SIZE, OPTIONS = best["decode_attention"], best["block_size"], best["options"]
+    res["decode_attention_used"], res["block_size_used"], res["attention_options_used"] = ATTENTION, BLOCK_SIZE, OPTIONS
     save()
     res["segment_rollout"] = {}
 

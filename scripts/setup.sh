@@ -18,6 +18,11 @@ if [ ! -x .venv/bin/python ]; then
 fi
 .venv/bin/python -m pip install --quiet --disable-pip-version-check "torch==2.13.0"
 .venv/bin/python -m pip install --quiet --disable-pip-version-check -e ".[dev]"
+# Triton for the tests of the triton decode kernel, which run it in Triton's interpreter on CPU: the GPU image's
+# version. Not in pyproject's extras: CUDA builds of torch bring the Triton they were built with.
+if [ "$(uname -s)-$(uname -m)" = "Linux-x86_64" ]; then
+    .venv/bin/python -m pip install --quiet --disable-pip-version-check "triton==3.6.0"
+fi
 if [ "$REAL" = 1 ]; then
     constraints="$(mktemp)"
     trap 'rm -f "$constraints"' EXIT

@@ -5,8 +5,14 @@ from __future__ import annotations
 import hashlib
 import os
 
-import pytest
-import torch
+# Triton's interpreter for the triton decode kernel's tests (tests/rollout/engines/test_table_decode.py): the
+# variable must be set before triton is first imported (transformers imports it when it is installed), or
+# triton's own library functions are compiled-mode ones that an interpreted kernel cannot call. No other test
+# runs a Triton kernel; on CPU torch's compiler emits C++, not Triton.
+os.environ.setdefault("TRITON_INTERPRET", "1")
+
+import pytest  # noqa: E402
+import torch  # noqa: E402
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # One intra-op thread: the tiny model gains nothing from more, and OpenMP spin-waiting under a busy

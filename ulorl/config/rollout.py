@@ -39,8 +39,9 @@ class VLLMConfig:
 class TorchEngineConfig:
     """`rollout.torch`: options of the torch engine (used when rollout.engine=torch)."""
 
-    decode_attention: str = "auto"  # DecodeAttention: auto (split_k on CPU, flex on CUDA) | split_k | flex | gather
-    cuda_graphs: bool = True  # CUDA, flex/gather: capture each padded decode shape once as a CUDA graph, replay it
+    # DecodeAttention: auto (split_k on CPU, flex on CUDA) | split_k | flex | triton (our kernel, CUDA) | gather
+    decode_attention: str = "auto"
+    cuda_graphs: bool = True  # CUDA, flex/triton/gather: capture each padded decode shape once as a CUDA graph, replay it
     block_size: int | None = None  # tokens per KV block; None: 32 on CPU, 64 on CUDA
     # CPU: engine processes, one torch thread each; every call's rows are split between them (torch/processes.py)
     procs: int = 1

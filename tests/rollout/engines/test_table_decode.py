@@ -5,10 +5,15 @@ engine (`attention.py`, the CPU default) for whole generations: same tokens, log
 `emulate` mode keeps each captured step's output tensor and recomputes into it on replay, as a CUDA graph does,
 so the static buffers and padding rows are exercised here; the CUDA capture itself runs in
 `benchmarks/gpu_paged_check.py`.
+
+The triton backend's kernels (`triton_decode.py`) run here under Triton's interpreter (`tests/conftest.py` sets
+TRITON_INTERPRET=1 before anything imports triton); their bfloat16 products run only on a GPU (the interpreter's
+are wrong; see that module).
 """
 
 from __future__ import annotations
 
+import importlib.util
 import shutil
 
 import pytest
@@ -23,6 +28,9 @@ from ulorl.rollout.engines.torch.table_attention import table_backend
 from tests.rollout.engines.test_paged_cache import _gib, fresh, shaken  # noqa: F401 (fixtures)
 from tests.rollout.engines.test_torch import _prefixes, two_segments_match_the_learner
 
+needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")
+TRITON = pytest.param("triton", marks=needs_triton)
+
 
 def _loop_attention(q, k_tok, v_tok, tables, ctx, bs, scale):
     """Row by row: gather the row's first ctx tokens through its table, softmax(q k^T) v per head."""
@@ -35,7 +43,7 @@ def _loop_attention(q, k_tok, v_tok, tables, ctx, bs, scale):
     return out
 
 
-@pytest.mark.parametrize("name", ["gather", "flex"])
+@pytest.mark.parametrize("name", ["gather", "flex", TRITON])
 def test_table_attention_equals_a_per_row_loop(name):
     torch.manual_seed(0)
     h_kv, g, d, bs, nb = 2, 3, 8, 4, 12  # G = 3: not a power of two (flex decoding's own GQA needs one)
@@ -75,7 +83,8 @@ def _engine(model, eos, mode: str, graphs: GraphMode, **kw) -> TorchEngine:
 
 
 @pytest.mark.parametrize("mode,graphs", [("gather", GraphMode.OFF), ("gather", GraphMode.EMULATE),
-                                         ("flex", GraphMode.EMULATE)])
+                                         ("flex", GraphMode.EMULATE),
+                                         pytest.param("triton", GraphMode.EMULATE, marks=needs_triton)])
 def test_table_decode_gives_the_split_k_output(shaken, mode, graphs):
     """9 prompts through 4 rows (batch buckets 1-4 and growing table widths are all met): the tokens of the split-K
     engine, and log-probs equal up to float32 rounding (amplified by the shaken weights, as for preemption)."""
@@ -119,7 +128,7 @@ def test_warm_up_runs_every_bucket_once_and_changes_no_output(shaken):
     assert TorchEngine(shaken, eos, **kw).warm_up(capacity) == 0  # split-K (the CPU default): nothing to warm
 
 
-@pytest.mark.parametrize("mode", ["gather", "flex"])
+@pytest.mark.parametrize("mode", ["gather", "flex", TRITON])
 def test_table_decode_logprobs_equal_the_learner_with_preemption_and_continuation(fresh, mode):
     """The float32 contract (1e-5 against the learner) on the fixed-shape path, with emulated graph replay, a pool
     small enough that rows are preempted, and a second segment continuing every unfinished row."""
@@ -142,12 +151,15 @@ def test_decode_attention_is_validated(fresh):
     assert TorchEngine(fresh[1], [0]).decode_attention.value == "split_k"  # auto on CPU
 
 
-def test_a_kernel_that_fails_on_a_new_shape_falls_back_to_the_gather(shaken, monkeypatch):
-    """flex failing (no compiler, a kernel this torch lacks) on its first step: a warning, the gather path, and the
-    split-K engine's tokens all the same. A failure on a shape that has already run is an error."""
-    from ulorl.rollout.engines.torch.table_attention import FlexAttention, GatherAttention
+@pytest.mark.parametrize("mode,label", [("flex", "flex attention"),
+                                        pytest.param("triton", "triton paged decode", marks=needs_triton)])
+def test_a_kernel_that_fails_on_a_new_shape_falls_back_to_the_gather(shaken, monkeypatch, mode, label):
+    """A kernel failing (no compiler, a kernel this torch lacks) on its first step: a warning, the gather path, and
+    the split-K engine's tokens all the same. A failure on a shape that has already run is an error."""
+    from ulorl.rollout.engines.torch.table_attention import TABLE_BACKENDS, GatherAttention, TableBackend
 
-    flex_attend = FlexAttention.attend
+    cls = type(TABLE_BACKENDS[TableBackend(mode)](False, {}))
+    attend = cls.attend
 
     def broken(*args, **kw):
         raise RuntimeError("no triton here")
@@ -157,9 +169,9 @@ def test_a_kernel_that_fails_on_a_new_shape_falls_back_to_the_gather(shaken, mon
     params = SamplingParams(temperature=0.7)
     kw = dict(max_batch=4, block_size=4, kv_cache_gib=_gib(64, 4))
     ref = TorchEngine(shaken, eos, **kw).generate(prefixes, 12, params, seed=2)
-    monkeypatch.setattr(FlexAttention, "attend", broken)
-    eng = _engine(shaken, eos, "flex", GraphMode.EMULATE, **kw)
-    with pytest.warns(UserWarning, match="flex attention -> gather after RuntimeError: no triton here"):
+    monkeypatch.setattr(cls, "attend", broken)
+    eng = _engine(shaken, eos, mode, GraphMode.EMULATE, **kw)
+    with pytest.warns(UserWarning, match=f"{label} -> gather after RuntimeError: no triton here"):
         out = eng.generate(prefixes, 12, params, seed=2)
     assert [o.tokens for o in out] == [o.tokens for o in ref]
     assert len(eng.table.fallbacks) == 1 and isinstance(eng.table.backend, GatherAttention)
@@ -170,10 +182,10 @@ def test_a_kernel_that_fails_on_a_new_shape_falls_back_to_the_gather(shaken, mon
         calls["n"] += 1
         if calls["n"] > 3:  # the first step (3 layers) ran; the second has the same shape (4 rows, the call's width)
             raise RuntimeError("device lost")
-        return flex_attend(self, *args, **kw)
+        return attend(self, *args, **kw)
 
-    monkeypatch.setattr(FlexAttention, "attend", fails_later)  # flex that works, then fails
-    eng = _engine(shaken, eos, "flex", GraphMode.EMULATE, **kw)
+    monkeypatch.setattr(cls, "attend", fails_later)  # a kernel that works, then fails
+    eng = _engine(shaken, eos, mode, GraphMode.EMULATE, **kw)
     with pytest.raises(RuntimeError, match="device lost"):
         eng.generate(prefixes, 12, params, seed=2)
     assert eng.table.fallbacks == []
@@ -190,7 +202,7 @@ def test_compiled_flex_equals_the_gather(full_blocks):
     torch.manual_seed(0)
     h_kv, g, d, bs, nb = 2, 7, 16, 16, 40
     k_tok, v_tok = torch.randn(h_kv, (nb + 1) * bs, d), torch.randn(h_kv, (nb + 1) * bs, d)
-    flex, gather = table_backend("flex", compiled=True, flex={"full_blocks": full_blocks}), table_backend("gather")
+    flex, gather = table_backend("flex", compiled=True, options={"full_blocks": full_blocks}), table_backend("gather")
     for rows in (4, 2):
         tables = [[(5 * i + j) % nb for j in range(1 + i % 4)] for i in range(rows)]
         ctx = torch.tensor([len(t) * bs - i % 5 for i, t in enumerate(tables)])
@@ -201,3 +213,52 @@ def test_compiled_flex_equals_the_gather(full_blocks):
         got = flex.attend(q, k_tok, v_tok, flex.prepare(table, ctx, bs, nb + 1, g), 0.25)
         want = gather.attend(q, k_tok, v_tok, gather.prepare(table, ctx, bs, nb + 1, g), 0.25)
         assert torch.allclose(got, want, atol=1e-5, rtol=0), (rows, (got - want).abs().max())
+
+
+@needs_triton
+@pytest.mark.parametrize("splits,d", [(1, 24), (2, 24), (3, 24), (8, 24), (None, 24), (3, 32)])
+def test_triton_kernel_slices_equal_a_per_row_loop(splits, d):
+    """The Triton kernel (interpreted) against the per-row loop at the Qwen2.5-0.5B's GQA ratio (G = 7), with a head
+    size that is not a power of two (24: padded to 32 and masked in the kernel) and one that is (32: unmasked
+    loads), rows of 1 to 80 positions in blocks of 16, and S slices per row: S > a row's blocks leaves late slices
+    empty, S = 3 splits 5 blocks 2 / 2 / 1."""
+    torch.manual_seed(1)
+    h_kv, g, bs, nb = 2, 7, 16, 12
+    k_tok, v_tok = torch.randn(h_kv, (nb + 1) * bs, d), torch.randn(h_kv, (nb + 1) * bs, d)
+    tables = [[4, 0, 9, 2, 7], [4, 5], [11], [nb], [3, 8, 1]]
+    ctx = [80, 17, 16, 1, 33]
+    table = torch.full((5, 8), nb, dtype=torch.long)
+    for i, t in enumerate(tables):
+        table[i, : len(t)] = torch.tensor(t)
+    q = torch.randn(5, h_kv, g, d)
+    backend = table_backend("triton", options={"splits": splits})
+    step = backend.prepare(table, torch.tensor(ctx), bs, nb + 1, g)
+    got = backend.attend(q, k_tok, v_tok, step, 0.2)
+    want = _loop_attention(q, k_tok, v_tok, tables, ctx, bs, 0.2)
+    assert torch.allclose(got, want, atol=1e-5, rtol=0), (got - want).abs().max()
+    # bfloat16 K/V and queries: the same loop over the rounded values, the output rounded to bfloat16
+    qb, kb, vb = q.bfloat16(), k_tok.bfloat16(), v_tok.bfloat16()
+    got = backend.attend(qb, kb, vb, step, 0.2)
+    want = _loop_attention(qb.float(), kb.float(), vb.float(), tables, ctx, bs, 0.2)
+    assert got.dtype == torch.bfloat16
+    assert torch.allclose(got.float(), want, atol=1e-2, rtol=1e-2), (got.float() - want).abs().max()
+
+
+def test_auto_splits_by_hand():
+    from ulorl.rollout.engines.torch.table_attention import MAX_SPLITS, auto_splits
+
+    h200 = 132  # SMs: about 264 programs wanted
+    assert auto_splits(256, 2, 128, h200) == 1  # 512 programs already
+    assert auto_splits(64, 2, 128, h200) == 3  # ceil(264 / 128)
+    assert auto_splits(16, 2, 128, h200) == 9  # ceil(264 / 32)
+    assert auto_splits(1, 2, 4, h200) == 4  # no more slices than the table's blocks
+    assert auto_splits(1, 2, 128, h200) == MAX_SPLITS
+    assert auto_splits(4, 2, 16, 1) == 1  # off CUDA
+
+
+def test_triton_off_cuda_needs_the_interpreter(fresh, monkeypatch):
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    with pytest.raises(ValueError, match="decode_attention=triton runs its kernel on CUDA.*TRITON_INTERPRET=1"):
+        TorchEngine(fresh[1], [0], decode_attention="triton")
+    with pytest.raises(ValueError, match="splits=0 must be >= 1"):  # checked before triton is imported
+        table_backend("triton", options={"splits": 0})

@@ -29,6 +29,7 @@ class DecodeAttention(str, Enum):
     SPLIT_K = "split_k"  # torch/attention.py: the pool's blocks as one batched call, shapes that follow the pool (CPU)
     FLEX = "flex"  # torch/table_attention.py: flex_attention over block tables (compiled on CUDA), graph-capturable
     GATHER = "gather"  # torch/table_attention.py: blocks gathered per row, graph-capturable, no compiler
+    TRITON = "triton"  # torch/triton_decode.py: our split-KV Triton kernel over block tables, graph-capturable (CUDA)
 
 
 def _torch(model, tokenizer, eos_ids: list[int], **kw) -> Engine:

@@ -11,7 +11,8 @@ modules. One role per file, as in nano-vllm's engine/:
 - `runner.py` and `attention.py`: packed prefill and one-token decode over the model's own modules, one
   attention call per layer reading each row's own blocks (split-K over the pool: the CPU default);
 - `table_attention.py` and `graph_decoder.py`: the same decode with fixed shapes over padded block tables
-  (flex_attention or a gather), captured as CUDA graphs per batch bucket and replayed (the CUDA default);
+  (flex_attention, our Triton kernel `triton_decode.py`, or a gather), captured as CUDA graphs per batch bucket
+  and replayed (the CUDA default);
 - `sampler.py`: temperature / top-k / top-p with one random stream per row;
 - `kept_rows.py`: with `generate(..., keep=True)`, the K/V of rows stopped at `max_new_tokens`, kept for the next
   call that continues them under the same weights (segment rollout's rounds within a step).
@@ -42,7 +43,7 @@ from ulorl.rollout.engines.torch.kept_rows import KeptRows, weights_version
 from ulorl.rollout.engines.torch.kv_cache import GIB, PagedKVCache, check_budget, physical_memory_bytes, pool_blocks
 from ulorl.rollout.engines.torch.runner import ModelRunner
 from ulorl.rollout.engines.torch.scheduler import Scheduler
-from ulorl.rollout.engines.torch.table_attention import table_backend
+from ulorl.rollout.engines.torch.table_attention import table_backend, triton_runs_on
 
 log = logging.getLogger(__name__)  # under `ulorl.rollout`, whose INFO lines a run prints (`run/console.py`)
 
@@ -67,9 +68,11 @@ class TorchEngine:
 
     def __init__(self, model, eos_ids: list[int], max_batch: int = 256, kv_cache_gib: float = 4.0,
                  prefill_tokens: int = 16384, block_size: int | None = None, dtype: torch.dtype | None = None,
-                 decode_attention: str = "auto", cuda_graphs: bool = True, flex: dict | None = None) -> None:
-        """`flex`: options of the flex decode path (`table_attention.FlexAttention`: `kernel_options`,
-        `full_blocks`), for tuning on a GPU (`benchmarks/gpu_paged_check.py` compares them)."""
+                 decode_attention: str = "auto", cuda_graphs: bool = True, attention_options: dict | None = None
+                 ) -> None:
+        """`attention_options`: options of the table decode path in use (`table_attention.FlexAttention`:
+        `kernel_options`, `full_blocks`; `TritonAttention`: `splits`, `num_warps`, `num_stages`), for tuning on a
+        GPU (`benchmarks/gpu_paged_check.py` compares them)."""
         if not eos_ids:
             raise ValueError("the torch engine needs at least one EOS token id")
         if max_batch < 1 or prefill_tokens < 1 or not kv_cache_gib > 0 or (block_size is not None and block_size < 1):
@@ -90,6 +93,10 @@ class TorchEngine:
             warnings.warn("rollout.torch.decode_attention=flex off CUDA runs torch's eager flex_attention, which "
                           "computes scores over the whole KV pool every step (a reference, slow); split_k is the "
                           "fast path on CPU", stacklevel=2)
+        if self.decode_attention is DecodeAttention.TRITON and not triton_runs_on(dev):
+            raise ValueError(f"rollout.torch.decode_attention=triton runs its kernel on CUDA (this engine's device: "
+                             f"{dev}); elsewhere only under Triton's interpreter (TRITON_INTERPRET=1, a slow reference "
+                             f"for tests). On CPU use split_k, the fast path there")
         # CUDA graphs replay fixed-shape steps: the table backends only, on CUDA only
         self.graph_mode = GraphMode.CUDA if cuda_graphs and dev == "cuda" else GraphMode.OFF
         self.stats = EngineStats()
@@ -97,7 +104,7 @@ class TorchEngine:
         self.blocks: BlockManager | None = None
         self.table: TableDecoder | None = None
         self.kept = KeptRows()
-        self.flex = dict(flex or {})
+        self.attention_options = dict(attention_options or {})
 
     @property
     def dtype(self) -> torch.dtype:
@@ -147,7 +154,7 @@ class TorchEngine:
             self.table = None
             self.kept = KeptRows()  # kept rows lived in the old pool
             if self.decode_attention is not DecodeAttention.SPLIT_K:  # graphs hold the pool's addresses: per pool
-                backend = table_backend(self.decode_attention.value, compiled=dev.type == "cuda", flex=self.flex)
+                backend = table_backend(self.decode_attention.value, dev.type == "cuda", self.attention_options)
                 self.table = TableDecoder(self.runner, self.cache, backend, self.max_batch, self.graph_mode.value)
         return self.cache, self.blocks
 

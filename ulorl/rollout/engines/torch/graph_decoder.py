@@ -16,8 +16,8 @@ time its shape is met: the step is run once eagerly with the real inputs (its K/
 so replaying it writes the same values again), then captured; all graphs share one memory pool, a new one
 once they are dropped (a wider table, a fallback).
 
-A shape whose first step fails (a compiler or a capture error on this machine) is not fatal: flex falls back
-to the gather, then CUDA graphs to eager steps, each with a warning (`fallbacks`), and the step reruns.
+A shape whose first step fails (a compiler or a capture error on this machine) is not fatal: flex or the Triton
+kernel falls back to the gather, then CUDA graphs to eager steps, each with a warning (`fallbacks`), and the step reruns.
 A failure on a shape that has already run is raised.
 
 Modes: `cuda` (capture and replay), `off` (the same padded step run eagerly: CPU, or CUDA without graphs),
@@ -34,7 +34,7 @@ import numpy as np
 import torch
 
 from ulorl.errors import check_choice
-from ulorl.rollout.engines.torch.table_attention import FlexAttention, GatherAttention
+from ulorl.rollout.engines.torch.table_attention import GatherAttention
 
 
 class GraphMode(str, Enum):
@@ -181,10 +181,10 @@ class TableDecoder:
         return out
 
     def _fall_back(self, error: Exception) -> bool:
-        """After `error` on a shape's first step: flex -> gather, then CUDA graphs -> eager; False when nothing
-        is left. The step is then rerun from the same static inputs (its K/V writes are the same values)."""
-        if isinstance(self.backend, FlexAttention):
-            what, self.backend = "flex attention -> gather", GatherAttention()
+        """After `error` on a shape's first step: flex or the Triton kernel -> gather, then CUDA graphs -> eager;
+        False when nothing is left. The step is then rerun from the same static inputs (its K/V writes are the same values)."""
+        if not isinstance(self.backend, GatherAttention):
+            what, self.backend = f"{self.backend.name} -> gather", GatherAttention()
         elif self.mode is GraphMode.CUDA:
             what, self.mode = "CUDA graphs -> eager steps", GraphMode.OFF
         else:

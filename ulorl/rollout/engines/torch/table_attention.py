@@ -7,7 +7,7 @@ for a captured CUDA graph, whose every tensor must keep its shape and address. H
 - `table` `(B, W)` long: row b's blocks in order, padded (with the pool's scratch block) to the width W;
 - `ctx` `(B,)` long: row b's context length, this step's token included (>= 1).
 
-and a backend turns that into each row's attention over its own blocks. Two backends, keyed by `TableBackend`:
+and a backend turns that into each row's attention over its own blocks. Three backends, keyed by `TableBackend`:
 
 - `flex`: `torch.nn.attention.flex_attention` over the pool as one key/value sequence, with a `BlockMask`
   whose KV indices are the rows' physical blocks (as torch's experimental `PagedAttention` does); its
@@ -20,16 +20,21 @@ and a backend turns that into each row's attention over its own blocks. Two back
   repeated and G need not be a power of two (flex decoding's GQA requires one; the Qwen2.5-0.5B shape has
   G = 7). Compiled with a static batch, one kernel per batch bucket: only then does inductor use its decoding
   kernel (`FlexAttention.__init__`).
+- `triton`: our own Triton kernel (`triton_decode.py`): split-KV over each row's blocks, the G query heads of a
+  KV head in one program. Written because flex's decoding kernel stayed above issue 26's 2x bandwidth target on
+  an H200; CUDA only (on CPU under Triton's interpreter, for tests). Slices per row: `splits`, or by default
+  enough for about two programs per SM (`auto_splits`).
 - `gather`: the rows' blocks copied into `(H_kv, B, W x block_size, D)`, then matmul-softmax-matmul in
   float32 with a length mask. Any device, no compiler; it reads each row's table width, so callers bucket W
   to the batch's longest row.
 
-Both take `prepare(table, ctx, block_size, num_blocks, q_len)` once per step (shared by all layers) and
+Each takes `prepare(table, ctx, block_size, num_blocks, q_len)` once per step (shared by all layers) and
 `attend(q, ...)` per layer.
 """
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from enum import Enum
 
@@ -39,6 +44,7 @@ from ulorl.errors import check_choice
 
 
 FLEX_RECOMPILE_LIMIT = 128  # compiled flex kernels kept per process: batch buckets (36 for 512 rows), with room
+MAX_SPLITS = 16  # the triton backend's slices per row at most
 
 
 class TableBackend(str, Enum):
@@ -46,6 +52,7 @@ class TableBackend(str, Enum):
 
     FLEX = "flex"
     GATHER = "gather"
+    TRITON = "triton"
 
 
 @dataclass
@@ -60,6 +67,7 @@ class TableStep:
 class GatherAttention:
     """Copy each row's blocks, then attend with a length mask (device-generic)."""
 
+    name = "gather"
     fixed_width = False  # reads all W blocks of every row: W is bucketed to the longest row
 
     def prepare(self, table: torch.Tensor, ctx: torch.Tensor, block_size: int, num_blocks: int, q_len: int
@@ -86,6 +94,7 @@ class GatherAttention:
 class FlexAttention:
     """flex_attention over the whole pool with a per-row block mask (compiled on CUDA, eager elsewhere)."""
 
+    name = "flex attention"
     fixed_width = True  # the kernel loops over each row's own block count; W only sizes the index tensor
 
     def __init__(self, compiled: bool, kernel_options: dict | None = None, full_blocks: bool = False) -> None:
@@ -151,8 +160,68 @@ class FlexAttention:
                          kernel_options=self.kernel_options)
 
 
-def table_backend(name: str, compiled: bool = False, flex: dict | None = None):
-    """The backend `name` (a `TableBackend` value); `compiled`: torch.compile where the backend has a kernel;
-    `flex`: `FlexAttention`'s keyword arguments (`kernel_options`, `full_blocks`)."""
+def triton_runs_on(device_type: str) -> bool:
+    """Whether the triton backend can run on this device type: CUDA, or anything under Triton's interpreter."""
+    return device_type == "cuda" or os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
+def auto_splits(rows: int, kv_heads: int, width: int, sms: int) -> int:
+    """Slices per row so that the rows x KV heads x slices programs number about twice the GPU's `sms`
+    multiprocessors (none past the table's `width` blocks, at most `MAX_SPLITS`): 256 rows x 2 KV heads on an
+    H200's 132 SMs take 1, 64 rows take 3, 16 rows 9."""
+    return max(1, min(width, MAX_SPLITS, -(-2 * sms // (rows * kv_heads))))
+
+
+class TritonAttention:
+    """`triton_decode.paged_decode` (CUDA; on CPU only under Triton's interpreter)."""
+
+    name = "triton paged decode"
+    fixed_width = True  # each row's slices come from its own length; W only sizes the table
+
+    def __init__(self, splits: int | None = None, num_warps: int = 4, num_stages: int = 2) -> None:
+        """`splits`: slices per row (None: `auto_splits`); `num_warps`, `num_stages`: the slice kernel's launch
+        settings (its loop over blocks is software-pipelined over `num_stages` stages)."""
+        if splits is not None and splits < 1:
+            raise ValueError(f"triton decode: splits={splits} must be >= 1")
+        try:
+            from ulorl.rollout.engines.torch import triton_decode
+        except ImportError as e:
+            raise ImportError("rollout.torch.decode_attention=triton needs the triton package (CUDA builds of torch "
+                              "ship it)") from e
+        self.kernel = triton_decode.paged_decode
+        self.splits, self.num_warps, self.num_stages = splits, num_warps, num_stages
+        self._sms: int | None = None  # the device's multiprocessors (1 off CUDA), read once
+
+    def prepare(self, table: torch.Tensor, ctx: torch.Tensor, block_size: int, num_blocks: int, q_len: int
+                ) -> TableStep:
+        if block_size & (block_size - 1) or (table.device.type == "cuda" and block_size < 16):
+            raise ValueError(f"triton decode: the KV block size {block_size} must be a power of two (>= 16 on CUDA, "
+                             f"a tile of the kernel's products)")
+        if self._sms is None:
+            self._sms = torch.cuda.get_device_properties(table.device).multi_processor_count \
+                if table.device.type == "cuda" else 1
+        return TableStep(table, ctx, (block_size, self._sms))
+
+    def attend(self, q: torch.Tensor, k_tokens: torch.Tensor, v_tokens: torch.Tensor, step: TableStep,
+               scale: float) -> torch.Tensor:
+        """q `(B, H_kv, G, D)` -> `(B, H_kv, G, D)`."""
+        block_size, sms = step.extra
+        b, h = q.shape[:2]
+        splits = self.splits or auto_splits(b, h, step.table.shape[1], sms)
+        return self.kernel(q, k_tokens, v_tokens, step.table, step.ctx, block_size, scale, splits,
+                           self.num_warps, self.num_stages)
+
+
+TABLE_BACKENDS = {  # TableBackend -> (compiled, options) -> backend
+    TableBackend.FLEX: lambda compiled, options: FlexAttention(compiled, **options),
+    TableBackend.TRITON: lambda compiled, options: TritonAttention(**options),
+    TableBackend.GATHER: lambda compiled, options: GatherAttention(**options),
+}
+
+
+def table_backend(name: str, compiled: bool = False, options: dict | None = None):
+    """The backend `name` (a `TableBackend` value); `compiled`: torch.compile where the backend has a kernel
+    (flex); `options`: the backend's keyword arguments (`FlexAttention`'s `kernel_options`, `full_blocks`;
+    `TritonAttention`'s `splits`, `num_warps`, `num_stages`)."""
     check_choice("rollout.torch.decode_attention", name, TableBackend)
-    return FlexAttention(compiled, **(flex or {})) if TableBackend(name) is TableBackend.FLEX else GatherAttention()
+    return TABLE_BACKENDS[TableBackend(name)](compiled, dict(options or {}))
