@@ -160,9 +160,14 @@ class FlexAttention:
                          kernel_options=self.kernel_options)
 
 
+def triton_interpreting() -> bool:
+    """Whether Triton's interpreter is on (`TRITON_INTERPRET`, read by Triton when it is first imported)."""
+    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+
+
 def triton_runs_on(device_type: str) -> bool:
     """Whether the triton backend can run on this device type: CUDA, or anything under Triton's interpreter."""
-    return device_type == "cuda" or os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    return device_type == "cuda" or triton_interpreting()
 
 
 def auto_splits(rows: int, kv_heads: int, width: int, sms: int) -> int:

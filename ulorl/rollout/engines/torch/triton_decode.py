@@ -29,13 +29,13 @@ interpreter this module wraps that conversion (`_interpreter_loop_bounds`).
 
 from __future__ import annotations
 
-import os
-
 import torch
 import triton
 import triton.language as tl
 
-INTERPRETING = os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+from ulorl.rollout.engines.torch.table_attention import triton_interpreting
+
+INTERPRETING = triton_interpreting()
 
 
 def _interpreter_loop_bounds() -> None:
@@ -69,7 +69,7 @@ def _slice_kernel(Q, K, V, TABLE, CTX, OP, LP,
     b = tl.program_id(0).to(tl.int64)
     h = tl.program_id(1).to(tl.int64)
     s = tl.program_id(2)
-    ctx = tl.load(CTX + b)
+    ctx = tl.load(CTX + b).to(tl.int32)  # the block loop's bounds in 32 bits
     nblk = tl.cdiv(ctx, BLOCK)
     per = tl.cdiv(nblk, SPLITS)
     lo = s * per
