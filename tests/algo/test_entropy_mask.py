@@ -7,7 +7,7 @@ import math
 import torch
 
 from ulorl.algo import dmmpt_mask, mpt_mask, response_mean_entropy
-from ulorl.algo.entropy_mask import ENTROPY_MASKS, EntropyMaskMode
+from ulorl.algo.entropy_mask import ENTROPY_MASKS, EntropyMaskMode, dmmt_mask
 
 TAU, SIGMA = 0.99, 0.2
 HI = math.log(0.995)  # p = 0.995 >= tau
@@ -65,6 +65,17 @@ def test_dmmpt_masks_only_when_mean_entropy_below_sigma() -> None:
     assert torch.equal(got, want)
 
 
+def test_dmmt_masks_mastered_tokens_of_wrong_responses_too() -> None:
+    logprobs, rewards, mask = _batch()
+    entropy = torch.tensor([[0.1] * 4, [0.1] * 4, [0.3, 0.3, 0.3, 0.0]])
+    got = dmmt_mask(logprobs, entropy, rewards, mask, TAU, SIGMA)
+    want = torch.zeros(3, 4, dtype=torch.bool)
+    want[0] = torch.tensor([True, False, True, True])  # as DMMPTs: reward 1, mean entropy 0.1
+    want[1] = torch.tensor([True, True, False, True])  # reward 0, mean entropy 0.1: its p >= tau tokens too
+    assert torch.equal(got, want)  # row 2: mean entropy 0.3 >= sigma, nothing
+    assert torch.equal(got & (rewards[:, None] == 1), dmmpt_mask(logprobs, entropy, rewards, mask, TAU, SIGMA))
+
+
 def test_dmmpt_boundary_equal_sigma_not_masked() -> None:
     # H_i == sigma is not "< sigma"
     lp = torch.full((1, 2), HI)
@@ -112,3 +123,4 @@ def test_registry_covers_every_mode_and_matches_the_functions():
     assert not got[EntropyMaskMode.NONE].any() and got[EntropyMaskMode.NONE].shape == mask.shape
     assert torch.equal(got[EntropyMaskMode.MPT], mpt_mask(logprobs, rewards, mask, TAU))
     assert torch.equal(got[EntropyMaskMode.DMMPT], dmmpt_mask(logprobs, entropy, rewards, mask, TAU, SIGMA))
+    assert torch.equal(got[EntropyMaskMode.DMMT], dmmt_mask(logprobs, entropy, rewards, mask, TAU, SIGMA))

@@ -11,7 +11,14 @@
 Rewards are ``{0, 1}``; "reward 1" is tested as ``reward >= 1 - 1e-6`` to be
 robust to float round-off. All outputs are boolean and carry no gradient.
 
-Deviations from the paper: none in the rule itself. The paper computes the
+``dmmt`` (not in the paper; an option, not the default) applies DMMPTs' rule to
+the mastered tokens of every response, wrong ones included: in a low-entropy
+response any token with probability ``>= tau`` gives no gradient. With a
+worked-solution task the tokens of a wrong answer before its first slip are the
+right answer's tokens; DMMPTs mask them in the right answers, and without this
+the wrong answers' negative advantage alone pushes on them.
+
+Deviations from the paper: none in the DMMPT rule itself. The paper computes the
 entropy of the whole response; with segment rollout we compute it at training
 time under the current policy over all the response's tokens (all segments),
 which is exactly the paper's ``H_i`` for the policy being updated.
@@ -36,6 +43,7 @@ class EntropyMaskMode(str, Enum):
     NONE = "none"  # train on all tokens (the paper's baseline)
     MPT = "mpt"  # mask all well-mastered positive tokens (the paper's Figure 4 ablation)
     DMMPT = "dmmpt"  # mask MPTs only while a response's mean entropy < sigma (UloRL)
+    DMMT = "dmmt"  # DMMPTs' rule over the mastered tokens of every response, reward 0 too (not in the paper)
 
 
 def response_mean_entropy(entropy: Tensor, response_mask: Tensor) -> Tensor:
@@ -102,6 +110,20 @@ def dmmpt_mask(
     return mpt_mask(logprobs, rewards, response_mask, tau) & low_entropy
 
 
+def dmmt_mask(
+    logprobs: Tensor,
+    entropy: Tensor,
+    rewards: Tensor,
+    response_mask: Tensor,
+    tau: float,
+    sigma: float,
+) -> Tensor:
+    """DMMPTs' rule whatever the reward: True on the tokens with ``exp(logprob) >= tau`` of responses whose mean
+    entropy is ``< sigma`` (shapes as :func:`dmmpt_mask`; ``rewards`` is not read)."""
+    check_same_shape(logprobs=logprobs, entropy=entropy, response_mask=response_mask)
+    low_entropy = (response_mean_entropy(entropy, response_mask) < sigma).unsqueeze(-1)  # (B, 1)
+    return (logprobs.detach().exp() >= tau) & response_mask.bool() & low_entropy
+
 
 def _no_mask(logprobs, entropy, rewards, response_mask, tau, sigma):
     return torch.zeros_like(response_mask, dtype=torch.bool)
@@ -116,4 +138,5 @@ ENTROPY_MASKS: dict[EntropyMaskMode, Callable[..., Tensor]] = {
     EntropyMaskMode.NONE: _no_mask,
     EntropyMaskMode.MPT: _mpt,
     EntropyMaskMode.DMMPT: dmmpt_mask,
+    EntropyMaskMode.DMMT: dmmt_mask,
 }

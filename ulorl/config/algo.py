@@ -14,7 +14,7 @@ from ulorl.config.loader import ConfigError, check_choice
 @dataclass
 class AlgoConfig:
     is_mode: str = "pois"  # tois | sais | pois | pois_tis | mask_stale
-    entropy_mask: str = "dmmpt"  # none | mpt | dmmpt (EntropyMaskMode)
+    entropy_mask: str = "dmmpt"  # none | mpt | dmmpt | dmmt (EntropyMaskMode; dmmt: not in the paper)
     tau: float = 0.99  # MPT probability threshold, in (0, 1)
     sigma: float = 0.2  # target entropy for DMMPTs, > 0
     eps_low: float = 0.2
