@@ -110,14 +110,8 @@ def dmmpt_mask(
     return mpt_mask(logprobs, rewards, response_mask, tau) & low_entropy
 
 
-def dmmt_mask(
-    logprobs: Tensor,
-    entropy: Tensor,
-    rewards: Tensor,
-    response_mask: Tensor,
-    tau: float,
-    sigma: float,
-) -> Tensor:
+def dmmt_mask(logprobs: Tensor, entropy: Tensor, rewards: Tensor, response_mask: Tensor, tau: float, sigma: float
+              ) -> Tensor:
     """DMMPTs' rule whatever the reward: True on the tokens with ``exp(logprob) >= tau`` of responses whose mean
     entropy is ``< sigma`` (shapes as :func:`dmmpt_mask`; ``rewards`` is not read)."""
     check_same_shape(logprobs=logprobs, entropy=entropy, response_mask=response_mask)
