@@ -218,5 +218,7 @@ def test_cpuinfo_reads_the_first_processor_and_the_model_id_names_family_and_mod
     monkeypatch.setattr(numerics, "_cpuinfo", lambda: fields)
     assert numerics.cpu_name() == "AMD EPYC"
     assert numerics.cpu_model_id() == "AMD EPYC (family 25, model 17)"
+    report = numerics.numerics_report("native")
+    assert (report["cpu"], report["cpu_model"]) == ("AMD EPYC", "AMD EPYC (family 25, model 17)")
     monkeypatch.setattr(numerics, "_cpuinfo", lambda: {})  # no /proc/cpuinfo: the name alone
     assert numerics.cpu_model_id() == numerics.cpu_name()

@@ -41,7 +41,7 @@ class TorchEngineConfig:
 
     # DecodeAttention: auto (split_k on CPU, flex on CUDA) | split_k | flex | triton (our kernel, CUDA) | gather
     decode_attention: str = "auto"
-    cuda_graphs: bool = True  # CUDA, flex/triton/gather: capture each padded decode shape once as a CUDA graph, replay it
+    cuda_graphs: bool = True  # CUDA, flex/triton/gather: capture each padded decode shape once as a CUDA graph
     block_size: int | None = None  # tokens per KV block; None: 32 on CPU, 64 on CUDA
     # CPU: engine processes, one torch thread each; every call's rows are split between them (torch/processes.py)
     procs: int = 1

@@ -73,11 +73,12 @@ def apply_cpu_numerics(mode: str) -> None:
 
 def numerics_report(mode: str) -> dict:
     """What a run computed with, for its summary: the mode, torch's kernel family and thread count, MKL's
-    reproducibility branch, the CPU."""
+    reproducibility branch, the CPU (`cpu`: its name; `cpu_model`: with family and model numbers)."""
     import torch
 
     return {"mode": mode, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "mkl_cbwr": os.environ.get("MKL_CBWR", ""), "threads": torch.get_num_threads(), "cpu": cpu_name()}
+            "mkl_cbwr": os.environ.get("MKL_CBWR", ""), "threads": torch.get_num_threads(), "cpu": cpu_name(),
+            "cpu_model": cpu_model_id()}
 
 
 def _cpuinfo(path: str = "/proc/cpuinfo") -> dict[str, str]:

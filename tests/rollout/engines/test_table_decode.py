@@ -151,14 +151,16 @@ def test_decode_attention_is_validated(fresh):
     assert TorchEngine(fresh[1], [0]).decode_attention.value == "split_k"  # auto on CPU
 
 
-@pytest.mark.parametrize("mode,label", [("flex", "flex attention"),
-                                        pytest.param("triton", "triton paged decode", marks=needs_triton)])
-def test_a_kernel_that_fails_on_a_new_shape_falls_back_to_the_gather(shaken, monkeypatch, mode, label):
+@pytest.mark.parametrize("mode,backend,label", [
+    ("flex", "FlexAttention", "flex attention"),
+    pytest.param("triton", "TritonAttention", "triton paged decode", marks=needs_triton)])
+def test_a_kernel_that_fails_on_a_new_shape_falls_back_to_the_gather(shaken, monkeypatch, mode, backend, label):
     """A kernel failing (no compiler, a kernel this torch lacks) on its first step: a warning, the gather path, and
     the split-K engine's tokens all the same. A failure on a shape that has already run is an error."""
-    from ulorl.rollout.engines.torch.table_attention import TABLE_BACKENDS, GatherAttention, TableBackend
+    from ulorl.rollout.engines.torch import table_attention
+    from ulorl.rollout.engines.torch.table_attention import GatherAttention
 
-    cls = type(TABLE_BACKENDS[TableBackend(mode)](False, {}))
+    cls = getattr(table_attention, backend)
     attend = cls.attend
 
     def broken(*args, **kw):

@@ -17,8 +17,8 @@ so replaying it writes the same values again), then captured; all graphs share o
 once they are dropped (a wider table, a fallback).
 
 A shape whose first step fails (a compiler or a capture error on this machine) is not fatal: flex or the Triton
-kernel falls back to the gather, then CUDA graphs to eager steps, each with a warning (`fallbacks`), and the step reruns.
-A failure on a shape that has already run is raised.
+kernel falls back to the gather, then CUDA graphs to eager steps, each with a warning (`fallbacks`), and the
+step reruns. A failure on a shape that has already run is raised.
 
 Modes: `cuda` (capture and replay), `off` (the same padded step run eagerly: CPU, or CUDA without graphs),
 `emulate` (CPU tests: "capture" keeps the step function and its output tensor, "replay" recomputes into that
@@ -182,7 +182,8 @@ class TableDecoder:
 
     def _fall_back(self, error: Exception) -> bool:
         """After `error` on a shape's first step: flex or the Triton kernel -> gather, then CUDA graphs -> eager;
-        False when nothing is left. The step is then rerun from the same static inputs (its K/V writes are the same values)."""
+        False when nothing is left. The step is then rerun from the same static inputs (its K/V writes are the same
+        values)."""
         if not isinstance(self.backend, GatherAttention):
             what, self.backend = f"{self.backend.name} -> gather", GatherAttention()
         elif self.mode is GraphMode.CUDA:
