@@ -263,11 +263,11 @@ def decode_variants(model, dev: torch.device, rows: int, ctx: int, iters: int, f
                     names=DEFAULT_PATHS, budget_s: float = float("inf"), skipped: list | None = None) -> list[dict]:
     """`decode_ms` through every path of `names` (`VARIANT_NAMES`); a path that fails here (a compiler, a
     kernel) is recorded, a path not started within `budget_s` seconds is named in `skipped`."""
-    out = []
+    out, skipped = [], [] if skipped is None else skipped
     t0 = time.perf_counter()
     for name in names:
         if time.perf_counter() - t0 > budget_s:
-            (skipped if skipped is not None else []).append(f"decode path {name}: --paths-budget-s")
+            skipped.append(f"decode path {name}: --paths-budget-s")
             continue
         attention, graphs, block_size, options = VARIANT_NAMES[name]
         t1 = time.perf_counter()
@@ -414,7 +414,7 @@ def main() -> int:
     if ATTENTION == "auto" and ok:  # the rest of the check runs on the fastest path that ran here (recorded)
         best = min(ok, key=lambda r: r["ms_per_iteration"])
         ATTENTION, BLOCK_SIZE, OPTIONS = best["decode_attention"], best["block_size"], best["options"]
-    res["decode_attention_used"], res["block_size_used"], res["attention_options_used"] = ATTENTION, BLOCK_SIZE, OPTIONS
+    res.update(decode_attention_used=ATTENTION, block_size_used=BLOCK_SIZE, attention_options_used=OPTIONS)
     save()
     res["segment_rollout"] = {}
 
