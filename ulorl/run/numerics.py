@@ -76,9 +76,10 @@ def numerics_report(mode: str) -> dict:
     reproducibility branch, the CPU (`cpu`: its name; `cpu_model`: with family and model numbers)."""
     import torch
 
+    fields = _cpuinfo()
     return {"mode": mode, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
-            "mkl_cbwr": os.environ.get("MKL_CBWR", ""), "threads": torch.get_num_threads(), "cpu": cpu_name(),
-            "cpu_model": cpu_model_id()}
+            "mkl_cbwr": os.environ.get("MKL_CBWR", ""), "threads": torch.get_num_threads(), "cpu": cpu_name(fields),
+            "cpu_model": cpu_model_id(fields)}
 
 
 def _cpuinfo(path: str = "/proc/cpuinfo") -> dict[str, str]:
@@ -94,15 +95,17 @@ def _cpuinfo(path: str = "/proc/cpuinfo") -> dict[str, str]:
     return fields
 
 
-def cpu_name() -> str:
-    """The CPU model as /proc/cpuinfo names it (elsewhere platform.processor(), or "unknown")."""
-    return _cpuinfo().get("model name") or platform.processor() or "unknown"
+def cpu_name(fields: dict[str, str] | None = None) -> str:
+    """The CPU model as /proc/cpuinfo names it (elsewhere platform.processor(), or "unknown"); `fields`: the file's
+    fields if already read (`_cpuinfo`)."""
+    fields = _cpuinfo() if fields is None else fields
+    return fields.get("model name") or platform.processor() or "unknown"
 
 
-def cpu_model_id() -> str:
+def cpu_model_id(fields: dict[str, str] | None = None) -> str:
     """`cpu_name()` with /proc/cpuinfo's family and model numbers, which tell apart CPUs that share a name (two AMD
-    EPYC generations both name themselves "AMD EPYC")."""
-    fields = _cpuinfo()
+    EPYC generations both name themselves "AMD EPYC"); `fields` as for `cpu_name`."""
+    fields = _cpuinfo() if fields is None else fields
     if "cpu family" not in fields:
-        return cpu_name()
-    return f"{cpu_name()} (family {fields['cpu family']}, model {fields.get('model', '?')})"
+        return cpu_name(fields)
+    return f"{cpu_name(fields)} (family {fields['cpu family']}, model {fields.get('model', '?')})"
