@@ -79,8 +79,7 @@ def mpt_mask(logprobs: Tensor, rewards: Tensor, response_mask: Tensor, tau: floa
     if rewards.shape != logprobs.shape[:1]:
         raise ValueError(f"rewards must be (B,)={tuple(logprobs.shape[:1])}, got {tuple(rewards.shape)}")
     positive = (rewards.detach() >= 1 - _REWARD_ONE_TOL).unsqueeze(-1)  # (B, 1)
-    confident = logprobs.detach().exp() >= tau  # (B, T)
-    return positive & confident & response_mask.bool()
+    return positive & _mastered(logprobs, response_mask, tau)
 
 
 def dmmpt_mask(
@@ -106,8 +105,7 @@ def dmmpt_mask(
         ``(B, T)`` bool, True on the MPTs of low-entropy responses.
     """
     check_same_shape(logprobs=logprobs, entropy=entropy, response_mask=response_mask)
-    low_entropy = (response_mean_entropy(entropy, response_mask) < sigma).unsqueeze(-1)  # (B, 1)
-    return mpt_mask(logprobs, rewards, response_mask, tau) & low_entropy
+    return mpt_mask(logprobs, rewards, response_mask, tau) & _low_entropy(entropy, response_mask, sigma)
 
 
 def dmmt_mask(logprobs: Tensor, entropy: Tensor, rewards: Tensor, response_mask: Tensor, tau: float, sigma: float
@@ -115,8 +113,17 @@ def dmmt_mask(logprobs: Tensor, entropy: Tensor, rewards: Tensor, response_mask:
     """DMMPTs' rule whatever the reward: True on the tokens with ``exp(logprob) >= tau`` of responses whose mean
     entropy is ``< sigma`` (shapes as :func:`dmmpt_mask`; ``rewards`` is not read)."""
     check_same_shape(logprobs=logprobs, entropy=entropy, response_mask=response_mask)
-    low_entropy = (response_mean_entropy(entropy, response_mask) < sigma).unsqueeze(-1)  # (B, 1)
-    return (logprobs.detach().exp() >= tau) & response_mask.bool() & low_entropy
+    return _mastered(logprobs, response_mask, tau) & _low_entropy(entropy, response_mask, sigma)
+
+
+def _mastered(logprobs: Tensor, response_mask: Tensor, tau: float) -> Tensor:
+    """``(B, T)`` bool: response tokens with ``exp(logprob) >= tau``."""
+    return (logprobs.detach().exp() >= tau) & response_mask.bool()
+
+
+def _low_entropy(entropy: Tensor, response_mask: Tensor, sigma: float) -> Tensor:
+    """``(B, 1)`` bool: responses whose mean entropy is ``< sigma``."""
+    return (response_mean_entropy(entropy, response_mask) < sigma).unsqueeze(-1)
 
 
 def _no_mask(logprobs, entropy, rewards, response_mask, tau, sigma):
