@@ -25,9 +25,14 @@ same kernels one program at a time, slowly: that is how the tests check them her
 bfloat16 products themselves run only on a GPU (`benchmarks/gpu_paged_check.py`). Triton 3.6's interpreter also
 turns a loop bound into a Python int with `int()` of a one-element array, which NumPy 2.4 refuses; under the
 interpreter this module wraps that conversion (`_interpreter_loop_bounds`).
+
+Without a GPU, `triton_aot.py` compiles the real (not interpreted) kernels for a CUDA architecture through
+Triton's CUDA backend and reports their shared memory, registers and spills (`benchmarks/triton_aot_check.py`).
 """
 
 from __future__ import annotations
+
+from dataclasses import dataclass
 
 import torch
 import triton
@@ -140,6 +145,40 @@ def _pow2_at_least_16(n: int) -> int:
     return max(16, triton.next_power_of_2(n))
 
 
+@dataclass
+class Launch:
+    """One kernel launch: `kernel[grid](*args, **kwargs)` (kwargs: the constexprs and the launch options)."""
+
+    kernel: object  # a `triton.jit` function
+    grid: tuple[int, ...]
+    args: tuple
+    kwargs: dict
+
+
+def decode_launches(q: torch.Tensor, k_tokens: torch.Tensor, v_tokens: torch.Tensor, table: torch.Tensor,
+                    ctx: torch.Tensor, block_size: int, scale: float, splits: int, num_warps: int = 4,
+                    num_stages: int = 2) -> tuple[list[Launch], torch.Tensor]:
+    """The two launches of `paged_decode` (same arguments) and the output tensor they fill; `triton_aot.py`
+    compiles exactly these for a GPU architecture without launching them."""
+    if q.stride(-1) != 1 or k_tokens.stride(-1) != 1 or v_tokens.stride(-1) != 1:
+        raise ValueError("paged_decode: q, k_tokens and v_tokens need a contiguous last (head) dimension")
+    nb, h, g, d = q.shape
+    gp, dp = _pow2_at_least_16(g), _pow2_at_least_16(d)
+    op = torch.empty((nb, h, splits, gp, dp), dtype=torch.float32, device=q.device)
+    lp = torch.empty((nb, h, splits, gp), dtype=torch.float32, device=q.device)
+    out = torch.empty((nb, h, g, d), dtype=q.dtype, device=q.device)
+    f32 = q.dtype == torch.float32
+    slices = Launch(_slice_kernel, (nb, h, splits), (
+        q, k_tokens, v_tokens, table, ctx, op, lp,
+        q.stride(0), q.stride(1), q.stride(2), k_tokens.stride(0), k_tokens.stride(1), v_tokens.stride(0),
+        v_tokens.stride(1), table.stride(0), *op.stride()[:4], *lp.stride()[:3], scale, splits),
+        dict(G=g, D=d, BLOCK=block_size, GP=gp, DP=dp, DOT_F32=INTERPRETING, PRECISION="ieee" if f32 else "tf32",
+             num_warps=num_warps, num_stages=num_stages))
+    merge = Launch(_merge_kernel, (nb, h), (op, lp, out, *op.stride()[:4], *lp.stride()[:3], *out.stride()[:3],
+                                            splits), dict(G=g, D=d, GP=gp, DP=dp, num_warps=num_warps))
+    return [slices, merge], out
+
+
 def paged_decode(q: torch.Tensor, k_tokens: torch.Tensor, v_tokens: torch.Tensor, table: torch.Tensor,
                  ctx: torch.Tensor, block_size: int, scale: float, splits: int, num_warps: int = 4,
                  num_stages: int = 2) -> torch.Tensor:
@@ -149,21 +188,8 @@ def paged_decode(q: torch.Tensor, k_tokens: torch.Tensor, v_tokens: torch.Tensor
     table `(B, W)` long, row b's blocks in order (entries past its last block are not read); ctx `(B,)` long,
     row b's context length (>= 1); `splits` slices per row (S) -> `(B, H_kv, G, D)` in q's dtype.
     """
-    if q.stride(-1) != 1 or k_tokens.stride(-1) != 1 or v_tokens.stride(-1) != 1:
-        raise ValueError("paged_decode: q, k_tokens and v_tokens need a contiguous last (head) dimension")
-    nb, h, g, d = q.shape
-    gp, dp = _pow2_at_least_16(g), _pow2_at_least_16(d)
-    op = torch.empty((nb, h, splits, gp, dp), dtype=torch.float32, device=q.device)
-    lp = torch.empty((nb, h, splits, gp), dtype=torch.float32, device=q.device)
-    out = torch.empty((nb, h, g, d), dtype=q.dtype, device=q.device)
-    f32 = q.dtype == torch.float32
-    _slice_kernel[(nb, h, splits)](
-        q, k_tokens, v_tokens, table, ctx, op, lp,
-        q.stride(0), q.stride(1), q.stride(2), k_tokens.stride(0), k_tokens.stride(1), v_tokens.stride(0),
-        v_tokens.stride(1), table.stride(0), *op.stride()[:4], *lp.stride()[:3],
-        scale, splits,
-        G=g, D=d, BLOCK=block_size, GP=gp, DP=dp, DOT_F32=INTERPRETING, PRECISION="ieee" if f32 else "tf32",
-        num_warps=num_warps, num_stages=num_stages)
-    _merge_kernel[(nb, h)](op, lp, out, *op.stride()[:4], *lp.stride()[:3], *out.stride()[:3], splits,
-                           G=g, D=d, GP=gp, DP=dp, num_warps=num_warps)
+    launches, out = decode_launches(q, k_tokens, v_tokens, table, ctx, block_size, scale, splits, num_warps,
+                                    num_stages)
+    for launch in launches:
+        launch.kernel[launch.grid](*launch.args, **launch.kwargs)
     return out
