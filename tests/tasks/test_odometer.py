@@ -457,7 +457,7 @@ def test_sft_checks_log_p_at_length_and_tail_until_p_long_drops_the_tail_there(t
 
     def rows(name, **kw):
         seen.clear()
-        run_sft(ModelConfig(path="builtin:long"), SFTConfig(**base, **kw), tmp_path / name, progress=False)
+        run_sft(ModelConfig(path="builtin:long"), SFTConfig(**{**base, **kw}), tmp_path / name, progress=False)
         return [json.loads(l) for l in (tmp_path / name / "metrics.jsonl").read_text().splitlines()]
 
     tail_tokens = 6 * (31 + 1) + 3  # the shortest tail solution: n = 31, n + 1 lines
@@ -472,4 +472,32 @@ def test_sft_checks_log_p_at_length_and_tail_until_p_long_drops_the_tail_there(t
     assert any(n >= tail_tokens for n in seen[2:6])  # the full phase's first 4 steps draw from the tail too
     assert all(n < tail_tokens for n in seen[6:])  # then never
     assert [r["sft/loss"] for r in dropped[:6]] == [r["sft/loss"] for r in kept[:6]]  # the same steps until then
+    # once the tail has left, the checks decide nothing: measured again at the last step only (steps 10-26 skipped)
+    assert [r["step"] for r in dropped if "sft/p_long" in r] == [6, 30]
     assert sft_outcome(tmp_path / "dropped") == {"steps": 30, "p_long": dropped[-1]["sft/p_long"], "p_valid": None}
+    # a check changes nothing that is trained: the same steps without any check, to the bit
+    unchecked = rows("unchecked", check_every=0)
+    assert [r["sft/loss"] for r in unchecked] == [r["sft/loss"] for r in kept]
+    assert not any("sft/p_long" in r for r in unchecked)
+
+
+def test_p_long_is_measured_while_it_decides_and_at_the_last_step():
+    """`_p_long_due` by hand: every check while the tail is in (or without tail_until_p_long, a log only); after the
+    tail left, the SFT's last step only: the planned end without `sft.until_p`, else the check that meets it or the
+    `sft.max_steps` cap."""
+    from ulorl.config import SFTConfig
+    from ulorl.run.sft import _p_long_due
+
+    base = dict(task="builtin:odometer", steps=30, short_steps=2, max_size=30, tail=0.5, tail_max_size=60,
+                check_every=4, check_min_size=40)
+    log_only, until_tail = SFTConfig(**base), SFTConfig(**base, tail_until_p_long=0.5)
+    until_p = SFTConfig(**base, tail_until_p_long=0.5, until_p=0.9, max_steps=40)
+    for cfg in (log_only, until_tail, until_p):  # the tail in: the periodic checks, nothing else
+        assert [_p_long_due(periodic, True, False, 28, 28, 30, cfg) for periodic in (True, False)] == [True, False]
+    assert _p_long_due(True, False, False, 8, 28, 10, log_only)  # no tail rule: the tail never "left"
+    # until_tail, the tail gone: the periodic checks no more, the planned end (taken = planned) yes
+    assert [_p_long_due(True, False, False, t, 28, t + 2, until_tail) for t in (8, 27, 28)] == [False, False, True]
+    # until_p, the tail gone: past the plan the SFT goes on, so only the check that meets until_p or the cap's step
+    assert not _p_long_due(True, False, False, 28, 28, 30, until_p)
+    assert _p_long_due(True, False, True, 20, 28, 22, until_p)
+    assert [_p_long_due(False, False, False, 37, 28, trained, until_p) for trained in (39, 40)] == [False, True]

@@ -22,7 +22,8 @@ still learns the long answers, but from a warm start that writes some of them (d
 `sft.check_every`, every so many full-phase steps the exact P(worked solution) of a few validation problems of
 >= `sft.check_min_size` steps (`check_sequences`, under the evaluation's sampler) is logged as `sft/p_long`; with
 `sft.tail_until_p_long`, the tail leaves the full phase at the first check that reaches that mean: how far the
-tail takes the long answers is then measured, where a fixed number of tail steps left it to the machine's rounding.
+tail takes the long answers is then measured, where a fixed number of tail steps left it to the machine's rounding
+(after that, `sft/p_long` is measured at the SFT's last step only: the checks between decide nothing).
 With `sft.until_p`, the same checks also score validation problems from the SFT's own size law (`valid_sequences`,
 `sft/p_valid`) and the SFT ends at the first whose mean reaches `sft.until_p`, going on past `sft.steps` at its last
 learning rate while none does (up to `sft.max_steps`): the demo's warm start is then a measured accuracy, where 300
@@ -218,18 +219,18 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
                 taken += 1
                 row = {"step": len(losses), "sft/loss": losses[-1], "sft/lr": lr,
                        "sft/phase": "short" if is_short else "full"}
-                if cfg.check_every and not is_short and taken % cfg.check_every == 0:
-                    if checks:
-                        row["sft/p_long"] = mean_p_reference(model, checks, check_params)
-                        if tail_in and _tail_leaves(row["sft/p_long"], len(losses), cfg):
-                            tail_in, data, order = False, without_tail, []  # a new epoch over the other examples
-                            batches = bucket_batches([len(p) + len(r) for p, r in data], cfg.batch_tokens,
-                                                     cfg.batch_size)
-                    if valid:
-                        row["sft/p_valid"] = mean_p_reference(model, valid, check_params)
-                        met = _sft_ends(row["sft/p_valid"], len(losses), cfg)
-                        if met:  # the bar ends full: the schedule's length was a plan, not a promise
-                            bar.total = len(losses)
+                periodic = bool(cfg.check_every) and not is_short and taken % cfg.check_every == 0
+                if valid and periodic:
+                    row["sft/p_valid"] = mean_p_reference(model, valid, check_params)
+                    met = _sft_ends(row["sft/p_valid"], len(losses), cfg)
+                    if met:  # the bar ends full: the schedule's length was a plan, not a promise
+                        bar.total = len(losses)
+                if checks and not is_short and _p_long_due(periodic, tail_in, met, taken, planned, len(losses), cfg):
+                    row["sft/p_long"] = mean_p_reference(model, checks, check_params)
+                    if tail_in and _tail_leaves(row["sft/p_long"], len(losses), cfg):
+                        tail_in, data, order = False, without_tail, []  # a new epoch over the other examples
+                        batches = bucket_batches([len(p) + len(r) for p, r in data], cfg.batch_tokens,
+                                                 cfg.batch_size)
                 log.write(json.dumps({**row, "timing_s/elapsed": time.time() - t0}) + "\n")
                 bar.set_postfix(loss=f"{losses[-1]:.3f}")
                 bar.update()
@@ -286,6 +287,17 @@ def sft_outcome(out_dir: str | Path) -> dict:
     rows = [json.loads(line) for line in (Path(out_dir) / "metrics.jsonl").read_text().splitlines()]
     last = {k: [r[f"sft/{k}"] for r in rows if f"sft/{k}" in r] for k in ("p_long", "p_valid")}
     return {"steps": len(rows), **{k: v[-1] if v else None for k, v in last.items()}}
+
+
+def _p_long_due(periodic: bool, tail_in: bool, met: bool, taken: int, planned: int, trained: int,
+                cfg: SFTConfig) -> bool:
+    """Whether this full-phase step measures `sft/p_long`: every check while the measure can still drop the tail (or
+    only logs, without `sft.tail_until_p_long`); once the tail has left, the SFT's last step only, for the value it
+    ends at. A check that decides nothing costs as much as one that does (the long config: 64 solutions of 1-4k
+    tokens, ~9 s, ten checks after the tail leaves) and changes nothing that is trained."""
+    if cfg.tail_until_p_long is None or tail_in:
+        return periodic
+    return met or (taken >= planned and (cfg.until_p is None or trained >= cfg.max_steps))
 
 
 def _tail_leaves(p_long: float, step: int, cfg: SFTConfig) -> bool:
