@@ -85,8 +85,11 @@ def compile_launch(launch, arch: int = 90) -> KernelBuild:
     triton, knobs, GPUTarget, CUDABackend, ASTSource, create_binder = _triton_parts()
     fn = launch.kernel
     if not hasattr(fn, "_pack_args"):
-        raise RuntimeError(f"{getattr(fn, '__name__', fn)} is not a compiled-mode triton.jit function: Triton's "
-                           f"interpreter is on (unset TRITON_INTERPRET to compile kernels)")
+        from ulorl.rollout.engines.torch.table_attention import triton_interpreting
+
+        why = ("Triton's interpreter is on (unset TRITON_INTERPRET to compile kernels)" if triton_interpreting() else
+               f"this Triton's JIT ({triton.__version__}) has no `_pack_args` (written against Triton 3.6)")
+        raise RuntimeError(f"{getattr(fn, '__name__', fn)} cannot be compiled ahead of time: {why}")
     target = GPUTarget("cuda", arch, 32)
     backend = CUDABackend(target)
     kwargs = dict(launch.kwargs, debug=bool(fn.debug or knobs.runtime.debug),
