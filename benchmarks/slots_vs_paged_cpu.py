@@ -13,7 +13,7 @@ trained weights. Converted to the 1.7B shape's bytes (28 layers x 8 KV heads x 1
 
 What differs on the GPU: the decode path (fixed-shape steps over block tables instead of the CPU's split-K plan,
 whose compaction and runs move blocks without changing how many are in use), and there, a random-weight model may
-sample its EOS id (1 in 151,936 a token), ending a row or two early. The first segment (4,096 tokens) is what is
+sample its EOS id (about 1 in 151,936 a token), ending a row or two early. The first segment (4,096 tokens) is what is
 decoded, as in `gpu_paged_check.py`.
 
     python benchmarks/slots_vs_paged_cpu.py [--rows 128] [--out docs/slots_vs_paged_cpu.json]
