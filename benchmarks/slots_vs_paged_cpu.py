@@ -33,14 +33,15 @@ from gpu_paged_check import QUICK, SHAPES, build_model  # noqa: E402
 
 from ulorl.rollout.engines import SamplingParams, TorchEngine  # noqa: E402
 from ulorl.rollout.engines.torch.engine import BLOCK_SIZES  # noqa: E402
-from ulorl.rollout.engines.torch.kv_cache import GIB  # noqa: E402
+from ulorl.rollout.engines.torch.kv_cache import GIB, KVShape  # noqa: E402
 
 PROMPT = 64  # tokens per prompt, as gpu_paged_check.py
 
 
-def kv_bytes_per_token(shape: dict, itemsize: int) -> int:
+def kv_bytes_per_token(shape: dict, dtype: torch.dtype) -> int:
+    """K/V bytes a token of a `gpu_paged_check` shape (`KVShape`, the pool's own count)."""
     head_dim = shape.get("head_dim", shape["hidden_size"] // shape["num_attention_heads"])
-    return shape["num_hidden_layers"] * 2 * shape["num_key_value_heads"] * head_dim * itemsize
+    return KVShape(shape["num_hidden_layers"], shape["num_key_value_heads"], head_dim, dtype).bytes_per_token
 
 
 def run(rows: int, cap: int, segment: int, mean: float, slot_rows: int, shape: dict | None = None) -> dict:
@@ -48,10 +49,10 @@ def run(rows: int, cap: int, segment: int, mean: float, slot_rows: int, shape: d
     a tiny model of `shape` (default: the 1.7B's model type, 2 layers, hidden 64)."""
     block = BLOCK_SIZES["cuda"]
     pool_blocks = slot_rows * (PROMPT + cap) // block  # the blocks of the slots' memory (whole blocks)
-    big_bpt = kv_bytes_per_token(SHAPES["qwen3-1.7b"], 2)  # bfloat16
+    big_bpt = kv_bytes_per_token(SHAPES["qwen3-1.7b"], torch.bfloat16)
     shape = shape or QUICK["qwen3-1.7b"]
     model = build_model(shape, torch.device("cpu"), torch.float32)
-    tiny_bpt = kv_bytes_per_token(shape, 4)
+    tiny_bpt = kv_bytes_per_token(shape, torch.float32)
     never = model.config.vocab_size  # an id the sampler cannot draw: rows end only at the stop draws
     eng = TorchEngine(model, [never], max_batch=rows, kv_cache_gib=(pool_blocks + 0.5) * block * tiny_bpt / GIB,
                       block_size=block)
