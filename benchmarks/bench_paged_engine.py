@@ -31,7 +31,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import torch
 
 from benchlib import emit, machine, quiet_torch
 from forced_eos import ForcedEOS, draw_lengths

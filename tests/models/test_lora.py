@@ -56,7 +56,6 @@ def test_adapters_start_at_zero_and_only_they_train(tiny_model_dir):
 
 
 def test_engine_decodes_with_adapters_applied(tiny_model_dir):
-    tok = load_tokenizer(str(tiny_model_dir))
     model = lora_model(tiny_model_dir)
     greedy = SamplingParams(greedy=True)
     eos = list(range(400, 450))

@@ -3,7 +3,6 @@
 import json
 
 import pytest
-import torch
 from transformers import Qwen2Config, Qwen2ForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
 from ulorl.plan.memory import (KNOWN_SHAPES, LearnerSetup, ModelShape, fit_table, kv_cache_bytes, layer_terms,

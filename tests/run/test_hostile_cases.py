@@ -11,7 +11,6 @@ import json
 import os
 import signal
 import struct
-import textwrap
 from pathlib import Path
 
 import pytest

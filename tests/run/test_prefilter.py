@@ -4,7 +4,6 @@ folder and resumes from it without judging again."""
 
 import json
 
-import numpy as np
 import pytest
 
 from ulorl.cli import main

@@ -12,8 +12,6 @@ import dataclasses
 import math
 import types
 import typing
-from collections.abc import Iterable
-from enum import Enum
 from pathlib import Path
 from typing import Any
 

@@ -28,7 +28,7 @@ from ulorl.run.report import overlap_metrics, record_trained, step_metrics, summ
 from ulorl.run.scoring import RewardScorer
 from ulorl.run.session import TrainSession, add_phase_time, open_session
 from ulorl.run.signals import StopOnSignal
-from ulorl.run.stall import StallError, stall_error  # noqa: F401  (StallError: the CLI's one-line user error)
+from ulorl.run.stall import stall_error
 
 
 def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:

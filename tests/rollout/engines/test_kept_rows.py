@@ -117,7 +117,7 @@ def test_a_short_pool_releases_kept_rows_before_preempting(tiny_model_dir):
 def test_segment_rounds_of_one_step_continue_from_kept_rows(tiny_model_dir):
     """Two rounds of one step with the torch engine: the second continues every unfinished sample from its kept
     K/V (no response token prefilled again); the step's end gives every block back."""
-    tok, model = load_tokenizer(str(tiny_model_dir)), shaken_model(tiny_model_dir)
+    model = shaken_model(tiny_model_dir)
     eng = TorchEngine(model, NEVER, block_size=4)
     from ulorl.data.records import PromptRecord
 
