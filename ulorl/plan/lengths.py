@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from statistics import NormalDist
@@ -30,38 +31,68 @@ class LengthSpecError(ValueError):
     """A length specification or run folder that cannot be used; the message names the field."""
 
 
+def _fixed(p: dict[str, float], n: int, G: int, rng: np.random.Generator) -> np.ndarray:
+    return np.full((n, G), p["length"])
+
+
+def _twopoint(p: dict[str, float], n: int, G: int, rng: np.random.Generator) -> np.ndarray:
+    return np.where(rng.random((n, G)) < p["p_long"], p["long"], p["short"])
+
+
+def _pareto(p: dict[str, float], n: int, G: int, rng: np.random.Generator) -> np.ndarray:
+    return p["min"] * (1.0 - rng.random((n, G))) ** (-1.0 / p["alpha"])
+
+
+def _lognormal(p: dict[str, float], n: int, G: int, rng: np.random.Generator) -> np.ndarray:
+    rho = p.get("rho", 0.0)
+    z = math.sqrt(rho) * rng.standard_normal((n, 1)) + math.sqrt(1 - rho) * rng.standard_normal((n, G))
+    return p["median"] * np.exp(p["sigma"] * z)
+
+
+@dataclass(frozen=True)
+class ParametricKind:
+    """A `--lengths` kind: its fields and how it draws `(n, G)` real lengths (before `max` and rounding)."""
+
+    required: tuple[str, ...]
+    optional: tuple[str, ...]
+    draw: Callable[[dict[str, float], int, int, np.random.Generator], np.ndarray]
+
+
+PARAMETRIC: dict[str, ParametricKind] = {
+    "lognormal": ParametricKind(("median", "sigma"), ("max", "rho"), _lognormal),
+    "pareto": ParametricKind(("alpha", "min"), ("max",), _pareto),
+    "twopoint": ParametricKind(("short", "long", "p_long"), (), _twopoint),
+    "fixed": ParametricKind(("length",), (), _fixed),
+}
+
+
 @dataclass
 class LengthDistribution:
-    kind: str  # lognormal | pareto | twopoint | fixed | empirical
+    kind: str  # one of PARAMETRIC, or "empirical"
     params: dict[str, float] = field(default_factory=dict)
     groups: list[list[int]] | None = None  # empirical: observed groups of lengths
     source: str = ""  # where it came from, for reports
 
     def sample_groups(self, n: int, G: int, rng: np.random.Generator) -> np.ndarray:
         """`(n, G)` int lengths >= 1."""
-        p = self.params
-        if self.kind == "fixed":
-            x = np.full((n, G), p["length"])
-        elif self.kind == "twopoint":
-            x = np.where(rng.random((n, G)) < p["p_long"], p["long"], p["short"])
-        elif self.kind == "pareto":
-            x = p["min"] * (1.0 - rng.random((n, G))) ** (-1.0 / p["alpha"])
-        elif self.kind == "lognormal":
-            rho = p.get("rho", 0.0)
-            z = math.sqrt(rho) * rng.standard_normal((n, 1)) + math.sqrt(1 - rho) * rng.standard_normal((n, G))
-            x = p["median"] * np.exp(p["sigma"] * z)
-        elif self.kind == "empirical":
-            same = [g for g in self.groups if len(g) == G]
-            if same:
-                x = np.array([same[i] for i in rng.integers(0, len(same), n)])
-            else:  # the run used another group size: members drawn independently from all its lengths
-                flat = np.array([v for g in self.groups for v in g])
-                x = flat[rng.integers(0, len(flat), (n, G))]
+        if self.kind == "empirical":
+            x = self._resample_groups(n, G, rng)
+        elif self.kind in PARAMETRIC:
+            x = PARAMETRIC[self.kind].draw(self.params, n, G, rng)
         else:
             raise LengthSpecError(f"unknown length distribution {self.kind!r}")
-        if "max" in p:
-            x = np.minimum(x, p["max"])
+        if "max" in self.params:
+            x = np.minimum(x, self.params["max"])
         return np.maximum(np.rint(x), 1).astype(np.int64)
+
+    def _resample_groups(self, n: int, G: int, rng: np.random.Generator) -> np.ndarray:
+        """Whole observed groups of size G; a run with another group size: members drawn independently from all
+        its lengths."""
+        same = [g for g in self.groups if len(g) == G]
+        if same:
+            return np.array([same[i] for i in rng.integers(0, len(same), n)])
+        flat = np.array([v for g in self.groups for v in g])
+        return flat[rng.integers(0, len(flat), (n, G))]
 
     def describe(self) -> str:
         if self.kind == "empirical":
@@ -72,30 +103,25 @@ class LengthDistribution:
             f" from {self.source}" if self.source else "")
 
 
-_REQUIRED = {"lognormal": ("median", "sigma"), "pareto": ("alpha", "min"), "twopoint": ("short", "long", "p_long"),
-             "fixed": ("length",)}
-_OPTIONAL = {"lognormal": ("max", "rho"), "pareto": ("max",), "twopoint": (), "fixed": ()}
-
-
 def parse_lengths(spec: str) -> LengthDistribution:
     """`kind:key=value,...` (see the module docstring) -> LengthDistribution."""
     kind, _, rest = spec.partition(":")
     kind = kind.strip()
-    if kind not in _REQUIRED:
-        raise LengthSpecError(f"--lengths {spec!r}: unknown kind {kind!r}; choose one of {sorted(_REQUIRED)}")
+    if kind not in PARAMETRIC:
+        raise LengthSpecError(f"--lengths {spec!r}: unknown kind {kind!r}; choose one of {sorted(PARAMETRIC)}")
+    fields = PARAMETRIC[kind].required + PARAMETRIC[kind].optional
     params: dict[str, float] = {}
     for item in filter(None, (s.strip() for s in rest.split(","))):
         key, eq, val = item.partition("=")
         if not eq:
             raise LengthSpecError(f"--lengths {spec!r}: {item!r} is not key=value")
-        if key not in _REQUIRED[kind] + _OPTIONAL[kind]:
-            raise LengthSpecError(f"--lengths {kind}: unknown field {key!r}; valid: "
-                                  f"{list(_REQUIRED[kind] + _OPTIONAL[kind])}")
+        if key not in fields:
+            raise LengthSpecError(f"--lengths {kind}: unknown field {key!r}; valid: {list(fields)}")
         try:
             params[key] = float(val)
         except ValueError:
             raise LengthSpecError(f"--lengths {kind}: field {key}={val!r} is not a number") from None
-    missing = [k for k in _REQUIRED[kind] if k not in params]
+    missing = [k for k in PARAMETRIC[kind].required if k not in params]
     if missing:
         raise LengthSpecError(f"--lengths {kind}: missing field(s) {missing}")
     _check(kind, params)
