@@ -62,3 +62,31 @@ def test_format_value():
 def test_invalid_table_every():
     with pytest.raises(ValueError, match="table_every must be >= 1"):
         ConsoleLogger(table_every=0)
+
+
+def test_default_table_every_gives_short_runs_a_row_a_step():
+    from ulorl.config.logging import default_table_every
+
+    assert [default_table_every(s) for s in (1, 8, 19, 20, 55, 100, 300)] == [1, 1, 1, 2, 5, 10, 10]
+
+
+def test_table_every_must_be_positive():
+    from ulorl.config import ConfigError, load_run_config
+
+    assert load_run_config(None, ["logging.table_every=3"]).logging.table_every == 3
+    with pytest.raises(ConfigError, match=r"logging.table_every=0 must be > 0"):
+        load_run_config(None, ["logging.table_every=0"])
+
+
+def test_a_three_step_run_prints_a_row_every_step(tmp_path, tiny_model_dir, capsys):
+    """With table_every unset, a 3-step run's console table has rows for steps 1, 2 and 3 (every 10 before)."""
+    from tests.run.test_hostile_cases import QUICK, tiny_run
+
+    from ulorl.config import load_run_config
+    from ulorl.run.loop import train
+
+    overrides = [o for o in tiny_run(tiny_model_dir, "train.steps=3") if o not in QUICK]
+    train(load_run_config(None, ["model.warm_start=none", "data.eval=null", "logging.progress=false",
+                                 "logging.loggers=[console]", *overrides]), tmp_path / "run")
+    rows = [line.split()[0] for line in capsys.readouterr().out.splitlines() if line.strip()[:1].isdigit()]
+    assert rows == ["1", "2", "3"]

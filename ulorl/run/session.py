@@ -30,6 +30,7 @@ import numpy as np
 import torch
 
 from ulorl.config import RunConfig, bound_by_machine, check_runnable, dump_yaml, to_dict
+from ulorl.config.logging import default_table_every
 from ulorl.data import PromptRecord, load_prompts
 from ulorl.distributed.placement import Placement, build_placement
 from ulorl.evaluation.reference import referenced_rows
@@ -199,7 +200,8 @@ class TrainSession:
             commit_resumed(self.ckpt_root, checkpoint["path"])
         resume_step = self.step if checkpoint else None
         atomic_write_text(self.run_dir / "config.yaml", dump_yaml(cfg))
-        self.loggers = make_loggers(cfg.logging.loggers, self.run_dir, table_every=cfg.logging.table_every,
+        table_every = cfg.logging.table_every or default_table_every(cfg.train.steps)
+        self.loggers = make_loggers(cfg.logging.loggers, self.run_dir, table_every=table_every,
                                     project=cfg.logging.wandb_project, resume_step=resume_step, config=to_dict(cfg))
         self.samples = SampleLog(self.run_dir / "samples.jsonl", resume_step, text_chars=cfg.logging.sample_text_chars,
                                  decode=lambda ids: self.tokenizer.decode(ids, skip_special_tokens=True))

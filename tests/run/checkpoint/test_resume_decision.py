@@ -85,3 +85,13 @@ def test_an_explicit_checkpoint_is_never_replaced_and_incompatible_changes_are_r
     d = decide_resume(run, {**CONFIG, "rollout": {"num_segments": 2}}, str(good))
     assert d.checkpoint is None and "rollout.num_segments: 4 -> 2" in str(d.error)
     assert decide_resume(run, CONFIG, str(run)).checkpoint["path"] == good  # a run folder: its `latest`
+
+
+def test_config_changes_are_written_as_the_yaml_file_writes_them():
+    from ulorl.run.checkpoint.resume import compare_configs
+
+    saved = {"logging": {"table_every": None, "progress": True}, "algo": {"is_mode": "pois"}}
+    current = {"logging": {"table_every": 3, "progress": False}, "algo": {"is_mode": "sais"}}
+    bad, ok, other = compare_configs(saved, current)
+    assert ok == ["logging.progress: true -> false", "logging.table_every: null -> 3"]
+    assert bad + other == ["algo.is_mode: 'pois' -> 'sais'"]

@@ -34,6 +34,13 @@ def _flatten(d: dict, prefix: str = "") -> dict:
     return out
 
 
+def _as_yaml(value) -> str:
+    """A config value as a YAML file writes it: null, true / false, numbers and quoted strings as Python does."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return repr(value)
+
+
 def compare_configs(saved: dict, current: dict) -> tuple[list[str], list[str], list[str]]:
     """(incompatible, harmless, other) changed keys, each as 'key: old -> new'."""
     a, b = _flatten(saved), _flatten(current)
@@ -41,7 +48,7 @@ def compare_configs(saved: dict, current: dict) -> tuple[list[str], list[str], l
     for k in sorted(set(a) | set(b)):
         if a.get(k) == b.get(k):
             continue
-        line = f"{k}: {a.get(k)!r} -> {b.get(k)!r}"
+        line = f"{k}: {_as_yaml(a.get(k))} -> {_as_yaml(b.get(k))}"
         if k in INCOMPATIBLE_KEYS:
             bad.append(line)
         elif k in HARMLESS_KEYS or k.startswith(HARMLESS_PREFIXES):
