@@ -232,7 +232,7 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
                         batches = bucket_batches([len(p) + len(r) for p, r in data], cfg.batch_tokens,
                                                  cfg.batch_size)
                 log.write(json.dumps({**row, "timing_s/elapsed": time.time() - t0}) + "\n")
-                bar.set_postfix(loss=f"{losses[-1]:.3f}")
+                bar.set_postfix(loss=f"{losses[-1]:.3g}")
                 bar.update()
     model_dir = out / "model"
     model.save_pretrained(model_dir, safe_serialization=True)
