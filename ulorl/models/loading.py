@@ -10,6 +10,7 @@ converts it once (`convert_gguf`) into a cached folder (docs/real_models.md).
 from __future__ import annotations
 
 import copy
+import json
 import os
 from pathlib import Path
 
@@ -17,7 +18,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ulorl.errors import UlorlError
-from ulorl.models.gguf import cache_root, gguf_model_dir, gguf_source
+from ulorl.models.gguf import cache_root, converted_dir, gguf_model_dir, gguf_source
 from ulorl.models.tiny import build_tiny_model, tiny_preset
 
 BUILTIN = "builtin"
@@ -52,6 +53,26 @@ def resolve_model_path(path: str | os.PathLike) -> Path:
     if not (p / "config.json").exists():
         raise FileNotFoundError(f"model.path={path!r}: folder has no config.json, so it is not a Hugging Face model folder")
     return p
+
+
+def trained_positions(path: str | os.PathLike, rope_scaling_factor: float | None = None,
+                      rope_original_max_len: int | None = None) -> int | None:
+    """The context `model.path` was made for, read without loading it: its config's `max_position_embeddings`
+    (a built-in preset's `max_positions`), stretched by YaRN as `load_model` does when `rope_scaling_factor` is set.
+    None where that is not known yet: a GGUF file not converted so far, a config without the field."""
+    s = str(path)
+    if s == BUILTIN or s.startswith(BUILTIN + ":"):
+        positions = tiny_preset(s.partition(":")[2] or "default").max_positions
+    else:
+        gguf = gguf_source(s)
+        folder = converted_dir(gguf) if gguf is not None else Path(path)
+        try:
+            positions = int(json.loads((folder / "config.json").read_text())["max_position_embeddings"])
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+    if rope_scaling_factor is not None:
+        return int((rope_original_max_len or positions) * rope_scaling_factor)
+    return positions
 
 
 def load_tokenizer(path: str | os.PathLike, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:

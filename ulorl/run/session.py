@@ -35,6 +35,7 @@ from ulorl.data import PromptRecord, load_prompts
 from ulorl.distributed.placement import Placement, build_placement
 from ulorl.evaluation.reference import referenced_rows
 from ulorl.models import eos_token_ids, load_tokenizer
+from ulorl.models.loading import trained_positions
 from ulorl.models.lora import load_policy_model
 from ulorl.reward import RewardManager
 from ulorl.rollout.engines.base import Engine, SamplingParams
@@ -66,6 +67,9 @@ def open_session(cfg: RunConfig, run_dir: str | Path, resume: str | None = None)
     apply_cpu_numerics(cfg.train.cpu_numerics)
     check_runnable(cfg)
     show_rollout_notes()
+    warning = context_warning(cfg)
+    if warning:
+        say(warning)
     cfg, notes = bound_by_machine(cfg)
     for note in notes:
         say(note)
@@ -79,6 +83,20 @@ def open_session(cfg: RunConfig, run_dir: str | Path, resume: str | None = None)
         raise
     session.run_lock = lock
     return session
+
+
+def context_warning(cfg: RunConfig) -> str | None:
+    """A line for the user when a prompt and its answer can reach past the positions the model was made for:
+    transformers then goes on with RoPE past them, silently, and a real model's answers degrade there."""
+    m = cfg.model
+    positions = trained_positions(m.path, m.rope_scaling_factor, m.rope_original_max_len)
+    need = cfg.data.max_prompt_len + cfg.rollout.max_response_len
+    if positions is None or need <= positions:
+        return None
+    stretched = " stretched by model.rope_scaling_factor" if m.rope_scaling_factor else ""
+    return (f"warning: data.max_prompt_len + rollout.max_response_len = {need:,} positions, past the {positions:,} "
+            f"of model.path={m.path} (max_position_embeddings{stretched}): positions beyond it are extrapolated; "
+            "model.rope_scaling_factor stretches the model's RoPE with YaRN, or lower rollout.max_response_len")
 
 
 def _open_locked(cfg: RunConfig, run_dir: Path, resume: str | None) -> TrainSession:
