@@ -76,3 +76,16 @@ def test_ulorl_show_prints_a_step(tmp_path, capsys):
     # default: the last step; an absent step lists the ones logged
     assert main(["show", run]) == 0 and capsys.readouterr().out.startswith("step 2:")
     assert main(["show", run, "--step", "9"]) == 2 and "steps logged: 1-2" in capsys.readouterr().err  # a user error
+
+
+def test_show_prints_a_text_once_per_group():
+    from ulorl.run.show import format_step
+
+    def rec(i, text, length):
+        return {"step": 1, "group_id": "g1", "sample_id": f"g1/{i}", "status": "trained", "reward": 1.0,
+                "response": text, "response_length": length, "num_segments": 1, "versions": [0]}
+
+    out = format_step([rec(0, "1 2 : 3", 7), rec(1, "1 2 : 3", 7), rec(2, "1 2 : 4", 7), rec(3, "1 2 : 3", 9)], 1)
+    assert out.count("| 1 2 : 3") == 2 and out.count("| 1 2 : 4") == 1  # g1/3: the same text, another length
+    assert out.count("(the same recorded text as g1/0)") == 1
+    assert out.index("g1/1  reward") < out.index("(the same recorded text as g1/0)") < out.index("g1/2  reward")

@@ -2,7 +2,9 @@
 
 Samples are printed group by group (problem, ground truth, status), each with its
 reward, length, stop reason, number of segments, the policy version of each segment
-and the decoded response text (as recorded: `logging.sample_text_chars` bounds it).
+and the decoded response text (as recorded: `logging.sample_text_chars` bounds it; a member whose recorded text
+and length equal an earlier member's is shown as that member's, as the samples of a problem the policy writes
+surely often are).
 A step's lines include the groups dynamic sampling dropped while that step's batch
 was being filled (`--status` selects).
 """
@@ -135,12 +137,17 @@ def format_step(records: list[dict], step: int, status: str = "all", limit: int 
         lines.append(f"group {gid}  prompt {first.get('prompt_id')}  source {first.get('data_source', '?')}  "
                      f"ground truth {first.get('ground_truth', '?')!r}  {first['status']}{reason}  rewards "
                      f"[{', '.join('?' if x is None else f'{x:g}' for x in rewards)}]")
+        first_with_text: dict[tuple, str] = {}  # (recorded text, length) -> the first member that wrote it
         for m in members:
             versions = ",".join(str(v) for v in m.get("versions", []))
             reward = "?" if m.get("reward") is None else f"{m['reward']:.3f}"
             lines.append(f"  {m['sample_id']}  reward {reward}  length {m.get('response_length')}  stop "
                          f"{m.get('stop_reason')}  segments {m.get('num_segments')} (versions {versions})")
             if chars and "response" in m:
+                same = first_with_text.setdefault((m["response"], m.get("response_length")), m["sample_id"])
+                if same != m["sample_id"]:
+                    lines.append(f"    | (the same recorded text as {same})")
+                    continue
                 text = m["response"] if chars < 0 else clip_text(m["response"], chars)
                 lines.append(textwrap.indent(text.rstrip() or "(empty response)", "    | "))
             elif chars and "response" not in m:
