@@ -126,3 +126,33 @@ def test_cli_reports_missing_metrics_with_exit_code_2(tmp_path, capsys):
     assert run_plot(parse([str(tmp_path / "nothing")])) == 2  # a user error: exit status 2, as every command
     err = capsys.readouterr().err
     assert err.startswith("ulorl plot: error: run ") and "nothing: no metrics.jsonl" in err
+
+
+def test_a_train_runs_warm_start_gives_the_sft_panel_and_its_phase_label_no_warning(tmp_path, caplog):
+    from ulorl.run.plot import load_run, panel_curves, PANELS
+
+    run = write_run(tmp_path / "long", segments=8, steps=4)
+    (run / "warm_start").mkdir()
+    (run / "warm_start" / "metrics.jsonl").write_text("".join(
+        json.dumps({"step": s, "sft/loss": 6.0 / s, "sft/phase": "short" if s < 3 else "full",
+                    "timing_s/elapsed": 0.1 * s}) + "\n" for s in range(1, 6)))
+    with caplog.at_level(logging.WARNING, logger="ulorl.run.plot"):
+        loaded = load_run(run)
+        paths, skipped = plot_panels([run], tmp_path / "plots", smooth=0.0)
+    assert "not numbers" not in caplog.text  # sft/phase is text in every row: a label
+    (sft,) = panel_curves(next(p for p in PANELS if p.slug == "sft_loss"), [loaded])
+    assert sft.steps == [1, 2, 3, 4, 5] and sft.values == [6.0, 3.0, 2.0, 1.5, 1.2]
+    steps = next(c for c in panel_curves(PANELS[0], [loaded]))  # entropy: the RL steps only
+    assert steps.steps == [1, 2, 3, 4]
+    assert "sft_loss.png" in {p.name for p in paths} and skipped == []
+
+
+def test_a_metric_that_is_text_in_some_rows_only_is_warned(tmp_path, caplog):
+    from ulorl.run.plot import load_run
+
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 1, "actor/entropy": 0.5}\n{"step": 2, "actor/entropy": "high"}\n')
+    with caplog.at_level(logging.WARNING, logger="ulorl.run.plot"):
+        load_run(run)
+    assert "1 metric value(s) are not numbers" in caplog.text and "'actor/entropy'" in caplog.text

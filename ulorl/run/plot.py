@@ -79,7 +79,7 @@ PANELS: tuple[Panel, ...] = (
 
 @dataclass
 class Run:
-    """A run's name and its metrics rows (sorted by step)."""
+    """A run's name and its metrics rows (sorted by step; a train run's SFT rows after them, `load_run`)."""
 
     name: str
     rows: list[dict[str, Any]]
@@ -99,7 +99,9 @@ class Curve:
 
 # -- loading -------------------------------------------------------------------------------------
 def load_run(run_dir: str | Path, name: str | None = None) -> Run:
-    """Read ``run_dir/metrics.jsonl`` (or a ``.jsonl`` file given directly).
+    """Read ``run_dir/metrics.jsonl`` (or a ``.jsonl`` file given directly), and the ``sft/`` metrics of a train
+    run's warm start (``run_dir/warm_start/metrics.jsonl``, steps of the SFT) when it has one. A metric whose
+    values are all text (``sft/phase``) is a label, not plotted and not warned about.
 
     Raises:
         FileNotFoundError: no ``metrics.jsonl`` in ``run_dir``.
@@ -115,8 +117,13 @@ def load_run(run_dir: str | Path, name: str | None = None) -> Run:
     rows = read_metrics(path)
     if not rows:
         raise ValueError(f"run {run_dir}: {path} has no parsable metrics line")
-    odd = [(row["step"], k) for row in rows for k, v in row.items()
-           if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)))]
+    sft = Path(run_dir) / "warm_start" / METRICS_FILE
+    if path.name == METRICS_FILE and sft.is_file():  # a train run's SFT warm start: its rows for the SFT panel
+        rows += [{"step": r["step"], **{k: v for k, v in r.items() if k.startswith("sft/")}} for r in read_metrics(sft)]
+    labels = {k for row in rows for k, v in row.items() if isinstance(v, str)}  # e.g. sft/phase: text by design
+    labels -= {k for row in rows for k, v in row.items() if v is not None and not isinstance(v, str)}
+    odd = [(row["step"], k) for row in rows for k, v in row.items() if v is not None and k not in labels
+           and (isinstance(v, bool) or not isinstance(v, (int, float)))]
     if odd:
         log.warning("%s: %d metric value(s) are not numbers and are left out of the plots (first: step %d, %r)",
                     path, len(odd), odd[0][0], odd[0][1])
