@@ -51,3 +51,22 @@ def test_reference_without_worked_solutions_names_the_file_and_row(tmp_path, tin
     assert rc != 0 and not (tmp_path / "ev").exists()  # refused before any sample is drawn
     err = capsys.readouterr().err
     assert "--reference:" in err and "qa.jsonl: row 0" in err and "extra_info.solution" in err
+
+
+def test_eval_past_the_models_positions_is_warned(tmp_path, tiny_model_dir, capsys):
+    """A copy of the tiny model that says it was made for 64 positions: prompts of the chain task plus 64 new
+    tokens pass them, and the run says so before sampling."""
+    import shutil
+
+    model = tmp_path / "model"
+    shutil.copytree(tiny_model_dir, model)
+    config = json.loads((model / "config.json").read_text())
+    (model / "config.json").write_text(json.dumps({**config, "max_position_embeddings": 64}))
+    common = ["eval", "--model", str(model), "--data", "builtin:chain", "--num-problems", "2", "--k", "1",
+              "--pass-k", "1", "-o", str(tmp_path / "ev")]
+    assert main([*common, "--max-new-tokens", "64"]) == 0
+    out = capsys.readouterr().out
+    assert "warning: the longest prompt (" in out and "+ --max-new-tokens (64) = " in out
+    assert "positions, past the 64 of " in out
+    assert main([*common, "--max-new-tokens", "4"]) == 0  # chain prompts are under 60 tokens: no warning
+    assert "warning: the longest prompt" not in capsys.readouterr().out

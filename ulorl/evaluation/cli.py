@@ -199,6 +199,20 @@ def add_reference(result: EvalResult, model, tokenizer, records: list, cfg: Eval
     result.summary.update(reference_means(scores, cfg.long_tokens))
 
 
+def context_warning(path, sets: dict[str, list], max_new_tokens: int) -> str | None:
+    """A line when the longest prompt loaded and `max_new_tokens` reach past the positions the model was made for
+    (as `ulorl train` says at start: transformers goes on with RoPE past them without a word)."""
+    from ulorl.models.loading import trained_positions
+
+    positions = trained_positions(path)
+    longest = max((len(r.prompt_tokens) for records in sets.values() for r in records), default=0)
+    if positions is None or longest + max_new_tokens <= positions:
+        return None
+    return (f"warning: the longest prompt ({longest:,} tokens) + --max-new-tokens ({max_new_tokens:,}) = "
+            f"{longest + max_new_tokens:,} positions, past the {positions:,} of {path} (max_position_embeddings): "
+            "positions beyond it are extrapolated")
+
+
 def run_eval(args: argparse.Namespace) -> int:
     """Evaluate `args.model` on every `args.data` source; write results.json and report.md."""
     from ulorl.models import eos_token_ids, load_model, load_tokenizer
@@ -220,6 +234,9 @@ def run_eval(args: argparse.Namespace) -> int:
         if cfg.reference:
             referenced_rows(cfg, records, source, "--reference")
         sets[_name(source)] = records
+    warning = context_warning(path, sets, cfg.max_new_tokens)
+    if warning:
+        print(warning)
     model = load_model(path, dtype=args.dtype, trust_remote_code=args.trust_remote_code, device=args.device)
     engine = build_engine(_engine_name(args), model, tokenizer, eos_token_ids(model, tokenizer),
                           max_batch=cfg.batch_size, model_path=path, seed=cfg.seed, torch=torch_options(args))
