@@ -198,7 +198,7 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
             taken = 0
             tail_in = bool(tail)  # until a check meets `sft.tail_until_p_long`
             while not met and (taken < planned or (_short_phase_goes_on(losses, taken, cfg, bar) if is_short
-                                                   else _full_phase_goes_on(len(losses), taken == planned, cfg, bar))):
+                                                   else _full_phase_goes_on(len(losses), taken, planned, cfg, bar))):
                 if cfg.bucketed:
                     if not order:  # a new epoch over the buckets, in random order
                         order = torch.randperm(len(batches), generator=gen).tolist()
@@ -264,17 +264,22 @@ def _short_phase_goes_on(losses: list[float], taken: int, cfg: SFTConfig, bar) -
     return True
 
 
-def _full_phase_goes_on(trained: int, at_planned_end: bool, cfg: SFTConfig, bar) -> bool:
+def _full_phase_over(trained: int, taken: int, planned: int, cfg: SFTConfig) -> bool:
+    """Whether the full phase ends after its `taken`-th step unless a check meets `sft.until_p` first: its `planned`
+    steps are done and there is no `sft.until_p` to wait for, or the SFT has trained `sft.max_steps` in all."""
+    return taken >= planned and (cfg.until_p is None or trained >= cfg.max_steps)
+
+
+def _full_phase_goes_on(trained: int, taken: int, planned: int, cfg: SFTConfig, bar) -> bool:
     """Past its planned steps, the full phase goes on while no check has met `sft.until_p` (the caller stops at one
     that does), up to `sft.max_steps` steps of the SFT in all (`trained` so far); says so once when it goes on
-    (`at_planned_end`), once when it stops at the cap."""
-    if cfg.until_p is None:
+    (at the planned end), once when it stops at the cap."""
+    if _full_phase_over(trained, taken, planned, cfg):
+        if cfg.until_p is not None:
+            say(f"sft: stops at sft.max_steps={cfg.max_steps}, the validation problems' mean P(worked solution) "
+                f"still under sft.until_p={cfg.until_p}")
         return False
-    if trained >= cfg.max_steps:
-        say(f"sft: stops at sft.max_steps={cfg.max_steps}, the validation problems' mean P(worked solution) still "
-            f"under sft.until_p={cfg.until_p}")
-        return False
-    if at_planned_end:
+    if taken == planned:
         say(f"sft: the validation problems' mean P(worked solution) is under sft.until_p={cfg.until_p} after "
             f"{trained} steps: the SFT goes on at its last learning rate (at most sft.max_steps={cfg.max_steps})")
     bar.total += 1
@@ -297,7 +302,7 @@ def _p_long_due(periodic: bool, tail_in: bool, met: bool, taken: int, planned: i
     tokens, ~9 s, ten checks after the tail leaves) and changes nothing that is trained."""
     if cfg.tail_until_p_long is None or tail_in:
         return periodic
-    return met or (taken >= planned and (cfg.until_p is None or trained >= cfg.max_steps))
+    return met or _full_phase_over(trained, taken, planned, cfg)
 
 
 def _tail_leaves(p_long: float, step: int, cfg: SFTConfig) -> bool:
