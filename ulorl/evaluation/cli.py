@@ -202,11 +202,11 @@ def add_reference(result: EvalResult, model, tokenizer, records: list, cfg: Eval
 def context_warning(path, sets: dict[str, list], max_new_tokens: int) -> str | None:
     """A line when the longest prompt loaded and `max_new_tokens` reach past the positions the model was made for
     (as `ulorl train` says at start: transformers goes on with RoPE past them without a word)."""
-    from ulorl.models.loading import trained_positions
+    from ulorl.models.loading import positions_short_of
 
-    positions = trained_positions(path)
     longest = max((len(r.prompt_tokens) for records in sets.values() for r in records), default=0)
-    if positions is None or longest + max_new_tokens <= positions:
+    positions = positions_short_of(path, longest + max_new_tokens)
+    if positions is None:
         return None
     return (f"warning: the longest prompt ({longest:,} tokens) + --max-new-tokens ({max_new_tokens:,}) = "
             f"{longest + max_new_tokens:,} positions, past the {positions:,} of {path} (max_position_embeddings): "

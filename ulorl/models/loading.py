@@ -75,6 +75,14 @@ def trained_positions(path: str | os.PathLike, rope_scaling_factor: float | None
     return positions
 
 
+def positions_short_of(path: str | os.PathLike, needed: int, rope_scaling_factor: float | None = None,
+                       rope_original_max_len: int | None = None) -> int | None:
+    """The positions `model.path` was made for (`trained_positions`) when `needed` passes them, else None (they
+    suffice, or they are not known)."""
+    positions = trained_positions(path, rope_scaling_factor, rope_original_max_len)
+    return positions if positions is not None and needed > positions else None
+
+
 def load_tokenizer(path: str | os.PathLike, trust_remote_code: bool = False) -> PreTrainedTokenizerBase:
     folder = resolve_model_path(path)
     try:

@@ -35,7 +35,7 @@ from ulorl.data import PromptRecord, load_prompts
 from ulorl.distributed.placement import Placement, build_placement
 from ulorl.evaluation.reference import referenced_rows
 from ulorl.models import eos_token_ids, load_tokenizer
-from ulorl.models.loading import trained_positions
+from ulorl.models.loading import positions_short_of
 from ulorl.models.lora import load_policy_model
 from ulorl.reward import RewardManager
 from ulorl.rollout.engines.base import Engine, SamplingParams
@@ -89,9 +89,9 @@ def context_warning(cfg: RunConfig) -> str | None:
     """A line for the user when a prompt and its answer can reach past the positions the model was made for:
     transformers then goes on with RoPE past them, silently, and a real model's answers degrade there."""
     m = cfg.model
-    positions = trained_positions(m.path, m.rope_scaling_factor, m.rope_original_max_len)
     need = cfg.data.max_prompt_len + cfg.rollout.max_response_len
-    if positions is None or need <= positions:
+    positions = positions_short_of(m.path, need, m.rope_scaling_factor, m.rope_original_max_len)
+    if positions is None:
         return None
     stretched = " stretched by model.rope_scaling_factor" if m.rope_scaling_factor else ""
     return (f"warning: data.max_prompt_len + rollout.max_response_len = {need:,} positions, past the {positions:,} "
