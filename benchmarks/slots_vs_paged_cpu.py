@@ -31,6 +31,7 @@ from benchlib import emit, machine, quiet_torch  # noqa: E402  (benchmarks/ is o
 from forced_eos import HazardEOS  # noqa: E402
 from gpu_paged_check import QUICK, SHAPES, build_model  # noqa: E402
 
+from ulorl.plan.memory import ModelShape  # noqa: E402
 from ulorl.rollout.engines import SamplingParams, TorchEngine  # noqa: E402
 from ulorl.rollout.engines.torch.engine import BLOCK_SIZES  # noqa: E402
 from ulorl.rollout.engines.torch.kv_cache import GIB, KVShape  # noqa: E402
@@ -40,8 +41,8 @@ PROMPT = 64  # tokens per prompt, as gpu_paged_check.py
 
 def kv_bytes_per_token(shape: dict, dtype: torch.dtype) -> int:
     """K/V bytes a token of a `gpu_paged_check` shape (`KVShape`, the pool's own count)."""
-    head_dim = shape.get("head_dim", shape["hidden_size"] // shape["num_attention_heads"])
-    return KVShape(shape["num_hidden_layers"], shape["num_key_value_heads"], head_dim, dtype).bytes_per_token
+    m = ModelShape.from_config(shape)
+    return KVShape(m.layers, m.kv_heads, m.head_dim, dtype).bytes_per_token
 
 
 def run(rows: int, cap: int, segment: int, mean: float, slot_rows: int, shape: dict | None = None) -> dict:

@@ -29,6 +29,7 @@ import triton  # noqa: E402
 from benchlib import emit, machine  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 from gpu_paged_check import SHAPES, VARIANT_NAMES  # noqa: E402
 
+from ulorl.plan.memory import ModelShape  # noqa: E402
 from ulorl.rollout.engines.torch.engine import BLOCK_SIZES  # noqa: E402
 from ulorl.rollout.engines.torch.table_attention import auto_splits  # noqa: E402
 from ulorl.rollout.engines.torch.triton_aot import compile_decode  # noqa: E402
@@ -47,14 +48,14 @@ def builds() -> list[dict]:
             continue
         bs = block_size or BLOCK_SIZES["cuda"]
         for shape_name, shape in SHAPES.items():
-            heads, kv = shape["num_attention_heads"], shape["num_key_value_heads"]
-            head_dim = shape.get("head_dim", shape["hidden_size"] // heads)
+            m = ModelShape.from_config(shape)
             for rows in (256, 64):
                 width = CONTEXT // bs
-                splits = options.get("splits") or auto_splits(rows, kv, width, H200_SMS)
-                out.append(dict(path=name, shape=shape_name, rows=rows, dtype=torch.bfloat16, kv_heads=kv,
-                                group=heads // kv, head_dim=head_dim, block_size=bs, width=width, splits=splits,
-                                num_warps=options.get("num_warps", 4), num_stages=options.get("num_stages", 2)))
+                splits = options.get("splits") or auto_splits(rows, m.kv_heads, width, H200_SMS)
+                out.append(dict(path=name, shape=shape_name, rows=rows, dtype=torch.bfloat16, kv_heads=m.kv_heads,
+                                group=m.heads // m.kv_heads, head_dim=m.head_dim, block_size=bs, width=width,
+                                splits=splits, num_warps=options.get("num_warps", 4),
+                                num_stages=options.get("num_stages", 2)))
     bs = BLOCK_SIZES["cuda"]
     out.append(dict(path="triton (gpu_engine_check, float32)", shape="contract", rows=16, block_size=bs,
                     width=2048 // bs, splits=auto_splits(16, CONTRACT["kv_heads"], 2048 // bs, H200_SMS),
