@@ -63,7 +63,20 @@ def _triton_parts():
     except ImportError as e:
         raise ImportError(f"compiling the decode kernels ahead of time needs triton with its CUDA backend (3.6 was "
                           f"used to write this): {e}") from e
+    if not hasattr(knobs.compilation, "instrumentation_mode"):  # 3.5 has `knobs` without it
+        raise ImportError(f"compiling the decode kernels ahead of time needs triton >= 3.6 (its compile options); "
+                          f"this is triton {triton.__version__}")
     return triton, knobs, GPUTarget, CUDABackend, ASTSource, create_function_from_signature
+
+
+def aot_unavailable() -> str | None:
+    """Why this Triton cannot compile the kernels ahead of time (the message `compile_decode` would raise), or
+    None when it can."""
+    try:
+        _triton_parts()
+    except ImportError as e:
+        return str(e)
+    return None
 
 
 def resource_usage(cubin: bytes, kernel: str) -> tuple[int, int]:

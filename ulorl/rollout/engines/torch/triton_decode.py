@@ -45,16 +45,23 @@ INTERPRETING = triton_interpreting()
 
 def _interpreter_loop_bounds() -> None:
     """Under Triton's interpreter, every scalar is a one-element array and `range(lo, hi)` over scalars calls
-    `int(array)`, an error since NumPy 2.4: convert through the array's single item instead."""
+    `int(array)`, an error since NumPy 2.4: convert through the array's single item instead. Triton 3.6 and later
+    set the interpreter's tensor attributes through a scope (undone after the launch), 3.5 on the class itself."""
     from triton.runtime import interpreter
 
     patch = getattr(interpreter, "_patch_lang_tensor", None)
     if patch is None or getattr(patch, "_ulorl_wrapped", False):
         return
 
-    def patched(tensor, scope) -> None:
-        patch(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]))
+    def index(self) -> int:
+        return int(self.handle.data.reshape(-1)[0])
+
+    def patched(tensor, *scope) -> None:
+        patch(tensor, *scope)
+        if scope:
+            scope[0].set_attr(tensor, "__index__", index)
+        else:
+            tensor.__index__ = index
 
     patched._ulorl_wrapped = True
     interpreter._patch_lang_tensor = patched
