@@ -20,7 +20,8 @@ from ulorl.rollout.engines.torch.triton_aot import aot_unavailable
 
 ROOT = Path(__file__).resolve().parents[3]
 # Triton's CUDA backend and its compile options (3.6 and later; the set-up installs 3.6.0, torch 2.14's brings 3.8)
-needs_triton = pytest.mark.skipif(aot_unavailable() is not None, reason=str(aot_unavailable()))
+WHY_NOT = aot_unavailable()
+needs_triton = pytest.mark.skipif(WHY_NOT is not None, reason=str(WHY_NOT))
 
 
 def _compiled_mode_env(tmp_path: Path) -> dict:
