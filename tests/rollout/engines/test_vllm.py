@@ -46,7 +46,7 @@ def test_missing_vllm_names_the_install_command(monkeypatch, tiny_model_dir):
 
 def test_too_old_vllm_is_reported(fake, monkeypatch, tiny_model_dir):
     monkeypatch.setattr(FakeLLM, "reject_logprobs_mode", True)
-    with pytest.raises(ImportError, match=r"too old: ulorl needs >= 0\.10\.2"):
+    with pytest.raises(ImportError, match=r"too old: ulorl needs >= 0\.19\.1"):
         VLLMEngine(tiny_model_dir, [EOS])
 
 

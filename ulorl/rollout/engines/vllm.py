@@ -5,7 +5,7 @@ from) and afterwards receives the learner's weights in memory after every update
 without a restart. Prefixes go in as token ids (`{"prompt_token_ids": ...}`), so continuing an
 unfinished sample is just generating from prompt + response so far; automatic prefix caching lets
 the G samples of a prompt, and a continued sample within one policy version, reuse their KV blocks.
-vLLM is an optional dependency (`pip install 'ulorl[vllm]'`, >= 0.10.2) imported only when the engine
+vLLM is an optional dependency (`pip install 'ulorl[vllm]'`, >= 0.19.1) imported only when the engine
 is built.
 
 What differs from the HF engine, and why:
@@ -46,7 +46,9 @@ import torch
 from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams
 
 INSTALL_HINT = "pip install 'ulorl[vllm]'"
-MIN_VERSION = "0.10.2"  # LLM(logprobs_mode="processed_logprobs")
+# LLM(logprobs_mode="processed_logprobs") came in 0.10.2; 0.19.1 is the first vLLM that allows transformers 5
+# (0.11.1-0.19.0 require transformers < 5, which ulorl refuses: ulorl/models/versions.py)
+MIN_VERSION = "0.19.1"
 _SEED_MOD = 2**63 - 1
 _NAME_NOISE = ("_orig_mod.", "_checkpoint_wrapped_module.", "_fsdp_wrapped_module.")  # wrappers around HF names
 
