@@ -1,40 +1,73 @@
-"""transformers older than 5.0 is refused with one line naming the installed version and the fix
-(`ulorl.models.versions`): under 4.57 the built-in models' `rope_parameters` would be ignored without a word."""
+"""transformers older than 5.0, and accelerate older than 1.2 when installed, are refused with one line naming the
+installed version and the fix (`ulorl.models.versions`): under transformers 4.57 the built-in models'
+`rope_parameters` would be ignored without a word, and transformers 5.0 beside accelerate 1.1 fails inside its own
+import."""
 
 from __future__ import annotations
 
 import subprocess
 import sys
+from importlib.metadata import PackageNotFoundError
 
 import pytest
 
 from ulorl.cli import EXIT_USER_ERROR
-from ulorl.models.versions import MIN_TRANSFORMERS, DependencyError, check_transformers
+from ulorl.models.versions import FLOORS, DependencyError, check_installed, check_version
 
 
-@pytest.mark.parametrize("version", ["5.0.0", "5.17.0", "5.25.0", "6.1.2", "5.1.0.dev0", "not-a-version"])
-def test_supported_or_unreadable_versions_pass(version):
-    check_transformers(version)
+@pytest.mark.parametrize("name, version", [("transformers", v) for v in
+                                           ["5.0.0", "5.17.0", "5.25.0", "6.1.2", "5.1.0.dev0", "not-a-version"]]
+                         + [("accelerate", v) for v in ["1.2.0", "1.16.0", "2.0.0"]])
+def test_supported_or_unreadable_versions_pass(name, version):
+    check_version(name, version)
 
 
-@pytest.mark.parametrize("version", ["4.57.6", "4.51.3", "5.0.0rc1", "3.5.1"])
-def test_older_versions_are_refused_naming_the_version_and_the_fix(version):
+@pytest.mark.parametrize("name, version", [("transformers", v) for v in ["4.57.6", "4.51.3", "5.0.0rc1", "3.5.1"]]
+                         + [("accelerate", v) for v in ["1.1.1", "1.1.0", "0.33.0"]])
+def test_older_versions_are_refused_naming_the_version_and_the_fix(name, version):
     with pytest.raises(DependencyError) as e:
-        check_transformers(version)
+        check_version(name, version)
     msg = str(e.value)
-    assert f"transformers {version} is installed" in msg
-    assert f"pip install -U 'transformers>={MIN_TRANSFORMERS}'" in msg
+    assert msg.startswith(f"{name} {version} is installed; ulorl needs {name} >= {FLOORS[name].minimum}: ")
+    assert msg.endswith(f"pip install -U '{name}>={FLOORS[name].minimum}'")
     assert "\n" not in msg
 
 
-def test_the_cli_reports_an_old_transformers_in_one_line(tmp_path):
-    """A fresh interpreter whose transformers says 4.57.6: `ulorl train` stops before any work with the user-error exit
-    status, one line on stderr, no traceback, no run folder contents."""
-    code = ("import sys, transformers; transformers.__version__ = '4.57.6'; from ulorl.cli import main; "
-            f"sys.exit(main(['train', '-o', {str(tmp_path / 'run')!r}, 'train.steps=1']))")
+def _lookup(installed: dict[str, str]):
+    def version(name: str) -> str:
+        if name not in installed:
+            raise PackageNotFoundError(name)
+        return installed[name]
+    return version
+
+
+def test_check_installed_skips_what_is_not_installed_and_checks_the_rest():
+    check_installed(_lookup({"transformers": "5.0.0"}))  # no accelerate: nothing to check
+    check_installed(_lookup({"transformers": "5.0.0", "accelerate": "1.2.0"}))
+    with pytest.raises(DependencyError, match=r"^accelerate 1\.1\.0 is installed"):
+        check_installed(_lookup({"transformers": "5.0.0", "accelerate": "1.1.0"}))
+    with pytest.raises(DependencyError, match=r"^transformers 4\.57\.6 is installed"):
+        check_installed(_lookup({"transformers": "4.57.6"}))
+
+
+def test_this_environment_passes():
+    check_installed()  # the versions the suite runs with
+
+
+@pytest.mark.parametrize("name, version", [("transformers", "4.57.6"), ("accelerate", "1.1.0")])
+def test_the_cli_reports_an_old_library_in_one_line(name, version, tmp_path):
+    """A fresh interpreter whose installed metadata says `name` is at `version`: `ulorl train` stops before any work,
+    and before transformers' model code is imported, with the user-error exit status, one line on stderr, no
+    traceback, no run folder contents."""
+    code = ("import sys, importlib.metadata as m; real = m.version; "
+            f"m.version = lambda n: {version!r} if n == {name!r} else real(n); "
+            "from ulorl.cli import main; "
+            f"rc = main(['train', '-o', {str(tmp_path / 'run')!r}, 'train.steps=1']); "
+            "assert 'transformers.modeling_utils' not in sys.modules; sys.exit(rc)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert done.returncode == EXIT_USER_ERROR, done.stderr
     lines = done.stderr.strip().splitlines()
     assert "Traceback" not in done.stderr
-    assert len(lines) == 1 and lines[0].startswith("ulorl train: error: transformers 4.57.6 is installed"), lines
+    assert len(lines) == 1 and lines[0].startswith(f"ulorl train: error: {name} {version} is installed"), lines
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
+

@@ -15,15 +15,11 @@ import os
 from pathlib import Path
 
 import torch
-import transformers
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ulorl.errors import UlorlError
 from ulorl.models.gguf import cache_root, converted_dir, gguf_model_dir, gguf_source
 from ulorl.models.tiny import build_tiny_model, tiny_preset
-from ulorl.models.versions import check_transformers
-
-check_transformers(transformers.__version__)
 
 BUILTIN = "builtin"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -1,37 +1,74 @@
-"""The transformers release the model code needs, checked when `ulorl.models` is imported.
+"""The releases of transformers (and of accelerate, which it imports) that the model code needs, checked when
+`ulorl.models` is imported, before transformers' model code is.
 
-ulorl reads and writes model configs in transformers 5's layout (`rope_parameters` holding `rope_theta`, YaRN in
-`ulorl.models.loading.yarn_rope_parameters`) and loads with `from_pretrained(dtype=...)`. Under transformers 4.x
-this does not fail everywhere: 4.57 ignores `rope_parameters`, so the built-in `long` model would run at RoPE base
-10,000 (Qwen3Config's default) instead of 10 and YaRN would not be applied, without a word (4.51 refuses `dtype=`
-outright). The full test suite passes on transformers 5.0.0, 5.17.0 (the GPU machine's) and 5.25.0 (with torch
-2.13); on 4.57.6 five tests fail, on 4.51.3 most of them. So an older release is refused here, with the fix, rather
-than left to train something else.
+- **transformers >= 5.0.** ulorl reads and writes model configs in transformers 5's layout (`rope_parameters`
+  holding `rope_theta`, YaRN in `ulorl.models.loading.yarn_rope_parameters`) and loads with
+  `from_pretrained(dtype=...)`. Under transformers 4.x this does not fail everywhere: 4.57 ignores
+  `rope_parameters`, so the built-in `long` model would run at RoPE base 10,000 (Qwen3Config's default) instead of
+  10 and YaRN would not be applied, without a word (4.51 refuses `dtype=` outright).
+- **accelerate >= 1.2, when installed** (peft brings it, and transformers 5 reads GGUF files only with it).
+  transformers 5.0 imports `accelerate.utils.modeling.get_module_size_with_ties` (new in accelerate 1.2) whenever
+  accelerate is installed, although its own metadata allows accelerate 1.1: with 1.1 every model load fails with an
+  ImportError from inside transformers.
+
+The full test suite passes on transformers 5.0.0, 5.17.0 (the GPU machine's) and 5.25.0 (with torch 2.13), also
+with every declared floor at once (README); on transformers 4.57.6 five tests fail, on 4.51.3 most of them. An
+older release is refused here in one line with the fix, rather than left to train something else or to fail deep
+inside a library. Versions are read from the installed packages' metadata, so nothing is imported to check them.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import PackageNotFoundError
+from importlib.metadata import version as installed_version
 
 from packaging.version import InvalidVersion, Version
 
 from ulorl.errors import UlorlError
 
-MIN_TRANSFORMERS = "5.0"
+
+@dataclass(frozen=True)
+class Floor:
+    minimum: str  # the oldest release that works
+    why: str  # what goes wrong below it, as the end of a sentence
+
+
+FLOORS: dict[str, Floor] = {
+    "transformers": Floor("5.0", "it writes model configs in transformers 5's layout (`rope_parameters`), which 4.x "
+                                 "ignores (the built-in models' RoPE base and YaRN would not apply)"),
+    "accelerate": Floor("1.2", "transformers 5.0 imports `get_module_size_with_ties` from accelerate whenever it is "
+                               "installed, and that came in accelerate 1.2"),
+}
 
 
 class DependencyError(UlorlError):
     """An installed library older than ulorl supports (one line: which, which version, the fix)."""
 
 
-def check_transformers(version: str) -> None:
-    """Raise `DependencyError` when `version` (transformers' `__version__`) is older than `MIN_TRANSFORMERS`.
+def check_version(name: str, version: str) -> None:
+    """Raise `DependencyError` when `version` of package `name` (a key of `FLOORS`) is older than its floor.
 
-    A pre-release of 5.0 (`5.0.0rc1`) counts as older; a version string that does not parse is let through."""
+    A pre-release of the floor (`5.0.0rc1`) counts as older; a version string that does not parse is let through."""
+    floor = FLOORS[name]
     try:
-        too_old = Version(version) < Version(MIN_TRANSFORMERS)
+        too_old = Version(version) < Version(floor.minimum)
     except InvalidVersion:
         return
     if too_old:
         raise DependencyError(
-            f"transformers {version} is installed; ulorl needs transformers >= {MIN_TRANSFORMERS}: it writes model "
-            f"configs in transformers 5's layout (`rope_parameters`), which 4.x ignores (the built-in models' RoPE "
-            f"base and YaRN would not apply). Upgrade with: pip install -U 'transformers>={MIN_TRANSFORMERS}'")
+            f"{name} {version} is installed; ulorl needs {name} >= {floor.minimum}: {floor.why}. "
+            f"Upgrade with: pip install -U '{name}>={floor.minimum}'")
+
+
+def check_installed(version_of: Callable[[str], str] = installed_version) -> None:
+    """`check_version` for every package of `FLOORS` that is installed (transformers always is: a dependency).
+
+    `version_of(name)` gives an installed package's version or raises `PackageNotFoundError`."""
+    for name in FLOORS:
+        try:
+            version = version_of(name)
+        except PackageNotFoundError:
+            continue
+        check_version(name, version)
