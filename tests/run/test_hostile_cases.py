@@ -139,7 +139,7 @@ def _damaged(model_dir: Path, tmp: Path, how: str) -> Path:
 
 
 @pytest.mark.parametrize("how, words", [("corrupt", ["cannot load the model", "SafetensorError"]),
-                                        ("huge_header", ["cannot load the model", "header too large"]),
+                                        ("huge_header", ["cannot load the model", "SafetensorError"]),
                                         ("unknown_model_type", ["cannot load the model", "no_such_architecture"])])
 def test_eval_of_a_model_that_does_not_load_is_one_line(how, words, tmp_path, tiny_model_dir, capsys):
     model = _damaged(tiny_model_dir, tmp_path, how)
@@ -147,6 +147,8 @@ def test_eval_of_a_model_that_does_not_load_is_one_line(how, words, tmp_path, ti
                   capsys)
     assert rc == 2
     assert_one_line(err, "eval", str(model), *words)
+    if how == "huge_header":  # safetensors' own reason: "header too large" (0.8), "HeaderTooLarge" (0.4.3)
+        assert "headertoolarge" in err.lower().replace(" ", ""), err
 
 
 @pytest.mark.parametrize("value, message", [("nan", "eval.temperature=nan is not a finite number"),
