@@ -96,11 +96,12 @@ def measure(ln, trajs) -> dict:
 
 def _learner(variant: str, L: int, sp: int = 1):
     from ulorl.config import AlgoConfig, TrainConfig
+    from ulorl.learners.checkpointing import enable_gradient_checkpointing
     from ulorl.learners.offload import enable_activation_offload
 
     model = build_model(SHAPE, L)
     if variant != "plain":
-        model.gradient_checkpointing_enable()
+        enable_gradient_checkpointing(model)
     if variant == "ckpt_offload":
         enable_activation_offload(model)
     train = TrainConfig(lr=1e-6, micro_batch_tokens=L, packing=variant != "batch_padded", sequence_parallel=sp)

@@ -31,12 +31,14 @@ SHAPE = dict(model_type="qwen2", num_hidden_layers=24, hidden_size=896, num_atte
 def build(shape: dict, max_len: int, device: str):
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
+    from ulorl.learners.checkpointing import enable_gradient_checkpointing
+
     cfg = Qwen2Config(**{k: v for k, v in shape.items() if k not in ("model_type", "head_dim")},
                       max_position_embeddings=max_len + 64, attn_implementation="sdpa", pad_token_id=0,
                       eos_token_id=1, bos_token_id=None)
     torch.manual_seed(0)
     model = Qwen2ForCausalLM(cfg).to(device)
-    model.gradient_checkpointing_enable()
+    enable_gradient_checkpointing(model)
     return model
 
 

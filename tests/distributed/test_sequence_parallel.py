@@ -10,6 +10,7 @@ from tests.distributed.test_sharded_learner import traj  # the sharded test's tw
 
 from ulorl.config import AlgoConfig, ConfigError, TrainConfig
 from ulorl.distributed.sequence_parallel import check_heads, heads_to_seq, seq_to_heads
+from ulorl.learners.checkpointing import enable_gradient_checkpointing
 from ulorl.learners.local import LocalLearner
 from ulorl.models import load_model
 
@@ -46,7 +47,7 @@ def _rank(rank, world, sp, port, model_dir, sharding, ckpt, out_path):
     try:
         model = load_model(model_dir)
         if ckpt:
-            model.gradient_checkpointing_enable()
+            enable_gradient_checkpointing(model)
         ln = ShardedLearner(model, TrainConfig(lr=1e-3, grad_clip=0.01, sequence_parallel=sp), ALGO,
                             temperature=0.85, pad_id=0, sharding=sharding)
         # the two all-to-alls are inverse permutations (B 1, H 4, s 3, D 2)

@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from ulorl.config import AlgoConfig, TrainConfig
+from ulorl.learners.checkpointing import enable_gradient_checkpointing
 from ulorl.learners.local import LocalLearner
 from ulorl.learners.micro_batch import collate_packed, make_micro_batches, pack_first_fit
 from ulorl.learners.offload import activation_offload_enabled, enable_activation_offload
@@ -121,7 +122,7 @@ def test_activation_offload_and_checkpointing_keep_the_gradient(tiny_model_dir, 
     assert activation_offload_enabled(other.model) and not activation_offload_enabled(ref.model)
     assert len(other.model.base_model._forward_pre_hooks) == 1
     if checkpointing:
-        other.model.gradient_checkpointing_enable()
+        enable_gradient_checkpointing(other.model)
     g_other, m_other = grads_and_metrics(other, batch)
     g_ref, m_ref = grads_and_metrics(ref, batch)
     # one save_on_cpu context per micro-batch forward, each left again

@@ -287,7 +287,9 @@ def load_policy(cfg: RunConfig, policy: str):
     tokenizer = load_tokenizer(policy, m.trust_remote_code)
     model = load_policy_model(m, policy, cfg.train.device, seed=cfg.train.seed)
     if m.gradient_checkpointing:
-        model.gradient_checkpointing_enable()
+        from ulorl.learners.checkpointing import enable_gradient_checkpointing
+
+        enable_gradient_checkpointing(model)
     if m.activation_offload:
         from ulorl.learners.offload import enable_activation_offload
 
