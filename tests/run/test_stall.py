@@ -1,6 +1,7 @@
 """Stalls: a step whose groups never pass dynamic sampling ends with a report and a one-line error."""
 
 import json
+from types import SimpleNamespace
 
 import pytest
 
@@ -10,7 +11,8 @@ from ulorl.run.session import open_session
 from ulorl.rollout.engines.scripted import ScriptedEngine
 from ulorl.rollout.collect import NOTE_EVERY
 from tests.conftest import FakeReward  # reward = parity of a hash of the text: mixed within groups
-from ulorl.run.stall import StallError
+from ulorl.rollout.collect import RoundsSeen
+from ulorl.run.stall import StallError, hint
 from ulorl.run.loop import train_step
 
 
@@ -76,6 +78,29 @@ def test_all_right_gets_the_too_easy_hint(tmp_path):
         s.close()
 
 
+def _seen(*groups: list[float], admitted: int = 0) -> RoundsSeen:
+    """Groups of the given rewards (none truncated); the first `admitted` of them admitted."""
+    return RoundsSeen([([SimpleNamespace(reward=r, truncated=False) for r in g], i < admitted)
+                       for i, g in enumerate(groups)])
+
+
+@pytest.mark.parametrize("groups, admitted, words", [
+    # 19 of 20 groups all wrong, one mixed (admitted): the model rarely solves them, not "rewards rarely differ"
+    ([[0.0] * 8] * 19 + [[1.0] + [0.0] * 7], 1, ["in 19 of 20 groups every answer got the lowest reward seen (0)",
+                                                 "model.warm_start=sft"]),
+    ([[1.0] * 4] * 9 + [[1.0, 0.0, 1.0, 1.0]], 1, ["in 9 of 10 groups every answer got the highest reward seen (1)",
+                                                   "too easy"]),
+    # a reward scale with a penalty: the lowest reward seen is -1, not 0
+    ([[-1.0, -1.0]] * 10 + [[-1.0, 0.5]], 0, ["in 10 of 11 groups every answer got the lowest reward seen (-1)"]),
+    # half all wrong, half all right: neither hint applies
+    ([[0.0, 0.0]] * 5 + [[1.0, 1.0]] * 5, 0, ["rewards rarely differ within a group"]),
+])
+def test_the_hint_names_what_most_groups_saw(groups, admitted, words):
+    text = hint(_seen(*groups, admitted=admitted), dynamic_sampling=True)
+    for w in words:
+        assert w in text, (w, text)
+
+
 def test_mixed_rewards_do_not_stall(tmp_path):
     s = session(tmp_path, FakeReward(), ["train.max_stall_rounds=4"])
     try:
@@ -98,3 +123,15 @@ def test_cli_prints_one_line_error(tmp_path, capsys):
     assert code != 0 and len(err) == 1
     assert err[0].startswith("ulorl train: error: step 1: no group admitted in 2 rollout rounds") and "Hint:" in err[0]
     assert "Traceback" not in "\n".join(err)
+
+
+def test_the_error_starts_a_line_of_its_own_after_the_progress_bar(tmp_path, capsys):
+    """With the progress bar on, the bar is closed before the error is printed, not left mid-line."""
+    code = main(["train", "-o", str(tmp_path / "run"), "model.warm_start=none", "data.eval=null",
+                 "data.train_size=20", "logging.progress=true", "logging.loggers=[jsonl]", "reward.fn=exact",
+                 "rollout.max_response_len=4", "rollout.num_segments=1", "rollout.group_size=2",
+                 "rollout.decode_batch=4", "train.train_groups=1", "train.max_stall_rounds=2"])
+    err = capsys.readouterr().err
+    assert code != 0 and "ulorl train:" in err  # the bar's description
+    last = err.rstrip("\n").rsplit("\n", 1)[-1]  # the last line, as a terminal shows it (after any "\r")
+    assert last.startswith("ulorl train: error: step 1: no group admitted") and "Hint:" in last, err

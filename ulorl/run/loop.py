@@ -34,7 +34,7 @@ from ulorl.run.stall import stall_error
 def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
     started = time.perf_counter()
     session = open_session(cfg, run_dir, resume)
-    stop = StopOnSignal()
+    stop, bar = StopOnSignal(), None
     try:
         if "before" not in session.history["eval"] and session.eval_prompts:
             session.history["eval"]["before"] = evaluate_policy(session, "before")
@@ -77,6 +77,8 @@ def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
             f"; resume with --resume auto --output-dir {session.run_dir}")
         raise
     finally:
+        if bar is not None:  # ends the bar's line, so an error printed after it starts a line of its own
+            bar.close()
         stop.restore()
         session.close()
 

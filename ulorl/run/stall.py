@@ -7,8 +7,8 @@ rounds, and past `train.max_stall_rounds` idle rounds in a row (or `train.max_ro
 rounds in all) raises `BatchStalled` with every group it completed. `stall_error` turns that
 into the run's answer: `stall_report.json` in the run folder (every problem seen: prompt, ground
 truth, rewards, the start of one response), the first problems and the reward counts printed,
-and a `StallError` whose one-line message ends with a hint chosen from what was seen (all wrong,
-all right, truncated answers, no dynamic sampling).
+and a `StallError` whose one-line message ends with a hint chosen from what was seen (all or almost all
+wrong, all or almost all right, truncated answers, no dynamic sampling).
 """
 
 from __future__ import annotations
@@ -24,6 +24,7 @@ from ulorl.run.console import say
 from ulorl.run.samples_log import clip_text
 
 SHOWN = 5  # problems printed (stall_report.json holds all)
+MOSTLY = 0.9  # share of the groups all at the lowest (highest) reward for the too-hard (too-easy) hint
 TEXT_CHARS = 300  # characters of prompt and response kept per problem
 
 
@@ -84,5 +85,16 @@ def hint(seen: RoundsSeen, dynamic_sampling: bool) -> str:
     if min(rewards) == max(rewards):
         return "every answer was scored the same: the problems are too easy for the model (ulorl clean " \
                "--steps too_easy), or set algo.dynamic_sampling=false"
+    groups = [[t.reward for t in g] for g, _ in seen.groups]
+    all_low = sum(all(r == min(rewards) for r in g) for g in groups)
+    all_high = sum(all(r == max(rewards) for r in g) for g in groups)
+    if all_low >= MOSTLY * len(groups):
+        return (f"in {all_low} of {len(groups)} groups every answer got the lowest reward seen "
+                f"({min(rewards):g}): the model rarely solves these problems; warm-start it (model.warm_start=sft, "
+                f"more sft.steps), use easier data, or set algo.dynamic_sampling=false")
+    if all_high >= MOSTLY * len(groups):
+        return (f"in {all_high} of {len(groups)} groups every answer got the highest reward seen "
+                f"({max(rewards):g}): the problems are too easy for the model (ulorl clean --steps too_easy), or "
+                f"set algo.dynamic_sampling=false")
     return "rewards rarely differ within a group: use more samples per problem (rollout.group_size) or " \
            "algo.dynamic_sampling=false"
