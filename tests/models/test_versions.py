@@ -12,7 +12,9 @@ from importlib.metadata import PackageNotFoundError
 import pytest
 
 from ulorl.cli import EXIT_USER_ERROR
-from ulorl.models.versions import FLOORS, DependencyError, check_installed, check_version
+import packaging
+
+from ulorl.models.versions import FLOORS, DependencyError, check_installed, check_version, installed_version
 
 
 @pytest.mark.parametrize("name, version", [("transformers", v) for v in
@@ -48,6 +50,16 @@ def test_check_installed_skips_what_is_not_installed_and_checks_the_rest():
         check_installed(_lookup({"transformers": "5.0.0", "accelerate": "1.1.0"}))
     with pytest.raises(DependencyError, match=r"^transformers 4\.57\.6 is installed"):
         check_installed(_lookup({"transformers": "4.57.6"}))
+
+
+def test_installed_versions_come_from_metadata_or_from_a_source_tree_s_module(tmp_path, monkeypatch):
+    assert installed_version("packaging") == packaging.__version__  # from its metadata
+    (tmp_path / "ulorl_src_tree_pkg").mkdir()  # a source tree on sys.path: no metadata, a __version__
+    (tmp_path / "ulorl_src_tree_pkg" / "__init__.py").write_text("__version__ = '1.1.0'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert installed_version("ulorl_src_tree_pkg") == "1.1.0"
+    with pytest.raises(PackageNotFoundError):
+        installed_version("ulorl_no_such_package")
 
 
 def test_this_environment_passes():

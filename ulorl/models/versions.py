@@ -14,15 +14,18 @@
 The full test suite passes on transformers 5.0.0, 5.17.0 (the GPU machine's) and 5.25.0 (with torch 2.13), also
 with every declared floor at once (README); on transformers 4.57.6 five tests fail, on 4.51.3 most of them. An
 older release is refused here in one line with the fix, rather than left to train something else or to fail deep
-inside a library. Versions are read from the installed packages' metadata, so nothing is imported to check them.
+inside a library. Versions are read from the installed packages' metadata, so nothing is imported to check them
+(a source tree without metadata is imported for its `__version__`).
 """
 
 from __future__ import annotations
 
+import importlib
+import importlib.util
 from collections.abc import Callable
 from dataclasses import dataclass
 from importlib.metadata import PackageNotFoundError
-from importlib.metadata import version as installed_version
+from importlib.metadata import version as metadata_version
 
 from packaging.version import InvalidVersion, Version
 
@@ -60,6 +63,17 @@ def check_version(name: str, version: str) -> None:
         raise DependencyError(
             f"{name} {version} is installed; ulorl needs {name} >= {floor.minimum}: {floor.why}. "
             f"Upgrade with: pip install -U '{name}>={floor.minimum}'")
+
+
+def installed_version(name: str) -> str:
+    """The version of the installed package `name`: from its metadata, else (a source tree on `sys.path`, which has
+    none) from the module's `__version__`; `PackageNotFoundError` when it is not importable at all."""
+    try:
+        return metadata_version(name)
+    except PackageNotFoundError:
+        if importlib.util.find_spec(name) is None:
+            raise
+        return str(getattr(importlib.import_module(name), "__version__", ""))
 
 
 def check_installed(version_of: Callable[[str], str] = installed_version) -> None:
