@@ -26,7 +26,8 @@
 # OUT (runs/gpu_check-<time>); DEVICE=cpu only for a dry run of this script (vllm: with a stand-in `vllm` module);
 # OVERLAP (1 with ENGINE=torch): the training run again with train.pipeline=overlap, the learner process on
 # LEARNER_DEVICE (default: DEVICE, colocated; cuda:1 on a machine with two GPUs), into $OUT/run_overlap.
-# Results: $OUT/gpu_check.json (also $OUT/gpu_engine_check.json, $OUT/gpu_paged_check.json, $OUT/run/metrics.jsonl).
+# Results: $OUT/gpu_check.json (also $OUT/environment.json, $OUT/gpu_engine_check.json, $OUT/gpu_paged_check.json,
+# $OUT/run/metrics.jsonl).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -65,13 +66,26 @@ fi
 if [ "$ENGINE" = torch ]; then
 PYTHON="${PYTHON:-python3}"
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}"
-"$PYTHON" - "$DEVICE" <<'EOF'
-import sys, torch, transformers, ulorl
-print(f"python ok: torch {torch.__version__} (CUDA {torch.version.cuda}), transformers {transformers.__version__}")
+mkdir -p "$OUT"
+# the library versions into $OUT/environment.json (gpu_check.json's "environment"); ulorl's own version floors
+# (ulorl/models/versions.py) are checked here, so that a refusal is the first thing printed
+"$PYTHON" - "$DEVICE" "$OUT/environment.json" <<'EOF'
+import json, sys, torch
+from ulorl.models.versions import check_installed, installed_version
+check_installed()
+env = {"torch": torch.__version__, "cuda": torch.version.cuda, "python": sys.version.split()[0],
+       "device": torch.cuda.get_device_name(0) if torch.cuda.is_available() else "cpu"}
+for name in ("transformers", "triton", "accelerate", "peft", "numpy"):
+    try:
+        env[name] = installed_version(name)
+    except Exception:  # not installed
+        env[name] = None
+print("python ok: " + ", ".join(f"{k} {v}" for k, v in env.items()))
+open(sys.argv[2], "w").write(json.dumps(env, indent=1))
 if sys.argv[1] == "cuda" and not torch.cuda.is_available():
     raise SystemExit("gpu_check: torch sees no CUDA device")
 EOF
-mkdir -p "$OUT"
+merge_into_summary environment environment.json
 # -- 1b. the paged torch engine's figures (issue 26; first, so that a short loan measures them) -------------
 # benchmarks/gpu_paged_check.py: device bandwidth; the flex decode path at 256 rows x 8k with CUDA graphs and its
 # settings side by side (full blocks, Triton stages / warps / SPLIT_KV, 128-token blocks), and our Triton kernel
