@@ -44,7 +44,8 @@ FLOORS: dict[str, Floor] = {
     "transformers": Floor("5.0", "it writes model configs in transformers 5's layout (`rope_parameters`), which 4.x "
                                  "ignores (the built-in models' RoPE base and YaRN would not apply)"),
     "accelerate": Floor("1.2", "transformers 5.0 imports `get_module_size_with_ties` from accelerate whenever it is "
-                               "installed, and that came in accelerate 1.2 (transformers >= 5.1 does not need it)", "5.1"),
+                               "installed, and that came in accelerate 1.2 (transformers >= 5.1 does not need it)",
+                        transformers_below="5.1"),
 }
 
 

@@ -85,16 +85,16 @@ def hint(seen: RoundsSeen, dynamic_sampling: bool) -> str:
     if min(rewards) == max(rewards):
         return "every answer was scored the same: the problems are too easy for the model (ulorl clean " \
                "--steps too_easy), or set algo.dynamic_sampling=false"
-    groups = [[t.reward for t in g] for g, _ in seen.groups]
-    all_low = sum(all(r == min(rewards) for r in g) for g in groups)
-    all_high = sum(all(r == max(rewards) for r in g) for g in groups)
+    groups, low, high = [[t.reward for t in g] for g, _ in seen.groups], min(rewards), max(rewards)
+    all_low = sum(all(r == low for r in g) for g in groups)
+    all_high = sum(all(r == high for r in g) for g in groups)
     if all_low >= MOSTLY * len(groups):
-        return (f"in {all_low} of {len(groups)} groups every answer got the lowest reward seen "
-                f"({min(rewards):g}): the model rarely solves these problems; warm-start it (model.warm_start=sft, "
-                f"more sft.steps), use easier data, or set algo.dynamic_sampling=false")
+        return (f"in {all_low} of {len(groups)} groups every answer got the lowest reward seen ({low:g}): the "
+                f"model rarely solves these problems; warm-start it (model.warm_start=sft, more sft.steps), use "
+                f"easier data, or set algo.dynamic_sampling=false")
     if all_high >= MOSTLY * len(groups):
-        return (f"in {all_high} of {len(groups)} groups every answer got the highest reward seen "
-                f"({max(rewards):g}): the problems are too easy for the model (ulorl clean --steps too_easy), or "
-                f"set algo.dynamic_sampling=false")
+        return (f"in {all_high} of {len(groups)} groups every answer got the highest reward seen ({high:g}): the "
+                f"problems are too easy for the model (ulorl clean --steps too_easy), or set "
+                f"algo.dynamic_sampling=false")
     return "rewards rarely differ within a group: use more samples per problem (rollout.group_size) or " \
            "algo.dynamic_sampling=false"
