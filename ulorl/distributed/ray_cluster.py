@@ -24,7 +24,7 @@ def require_ray():
     try:
         import ray
     except ImportError as e:
-        raise ImportError("distributed.backend=ray needs Ray: pip install 'ulorl[ray]' (or 'ray>=2.9')") from e
+        raise ImportError("distributed.backend=ray needs Ray: pip install 'ulorl[ray]' (or 'ray>=2.10')") from e
     return ray
 
 
