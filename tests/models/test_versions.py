@@ -9,11 +9,10 @@ import subprocess
 import sys
 from importlib.metadata import PackageNotFoundError
 
+import packaging
 import pytest
 
 from ulorl.cli import EXIT_USER_ERROR
-import packaging
-
 from ulorl.models.versions import FLOORS, DependencyError, check_installed, check_version, installed_version
 
 
@@ -90,4 +89,3 @@ def test_the_cli_reports_an_old_library_in_one_line(name, version, fake, tmp_pat
     assert "Traceback" not in done.stderr
     assert len(lines) == 1 and lines[0].startswith(f"ulorl train: error: {name} {version} is installed"), lines
     assert not (tmp_path / "run" / "metrics.jsonl").exists()
-
