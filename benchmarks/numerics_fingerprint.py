@@ -28,6 +28,10 @@ SETTINGS = {
     "portable": CPU_NUMERICS["portable"],
     "portable, mkl capped at avx2": {**CPU_NUMERICS["portable"], "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
     "torch avx2, mkl cbwr avx2 (intel only)": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2"},
+    # what an AVX2-only CPU (a Zen 3) would dispatch, on an AVX-512 one: torch, MKL and oneDNN all capped
+    "native, mkl and onednn capped at avx2": {"MKL_ENABLE_INSTRUCTIONS": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "torch avx2, mkl and onednn capped at avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_ENABLE_INSTRUCTIONS": "AVX2",
+                                                  "ONEDNN_MAX_CPU_ISA": "AVX2"},
 }
 _CHILD = r"""
 import hashlib, json, sys, time
