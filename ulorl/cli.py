@@ -115,6 +115,10 @@ def format_summary(s: dict) -> str:
     if mem:
         extra = f"   checkpoint {s['checkpoint_mib']:.1f} MiB" if "checkpoint_mib" in s else ""
         lines.append("peak RSS: " + ", ".join(f"{k} {v:.0f} MiB" for k, v in mem.items()) + extra)
+    if s.get("cpu_numerics"):
+        from ulorl.run.numerics import numerics_line
+
+        lines.append(numerics_line(s["cpu_numerics"]))
     lines.append(f"run folder: {s['run_dir']}  (metrics.jsonl, samples.jsonl, checkpoints/, config.yaml)")
     return "\n".join(lines)
 

@@ -222,3 +222,25 @@ def test_cpuinfo_reads_the_first_processor_and_the_model_id_names_family_and_mod
     assert (report["cpu"], report["cpu_model"]) == ("AMD EPYC", "AMD EPYC (family 25, model 17)")
     monkeypatch.setattr(numerics, "_cpuinfo", lambda: {})  # no /proc/cpuinfo: the name alone
     assert numerics.cpu_model_id() == numerics.cpu_name()
+
+
+def test_the_summary_names_what_decided_the_floats():
+    """The console summary's numerics line, by hand, for a native run and a pinned one, and `format_summary` prints
+    it (a user compares the result with the README's rows of the same kernel family)."""
+    from ulorl.cli import format_summary
+    from ulorl.run.numerics import numerics_line
+
+    native = {"mode": "native", "torch_cpu_capability": "AVX512", "mkl_cbwr": "", "threads": 2, "cpu": "AMD EPYC",
+              "cpu_model": "AMD EPYC (family 26, model 2)"}
+    assert numerics_line(native) == ("floats: train.cpu_numerics=native, torch's AVX512 kernels, MKL's automatic "
+                                     "branch, 2 threads, AMD EPYC (family 26, model 2)")
+    pinned = {**native, "mode": "portable", "torch_cpu_capability": "AVX2", "mkl_cbwr": "COMPATIBLE", "threads": 1,
+              "cpu_model": ""}
+    assert numerics_line(pinned) == ("floats: train.cpu_numerics=portable, torch's AVX2 kernels, MKL_CBWR=COMPATIBLE, "
+                                     "1 thread, AMD EPYC")
+    summary = {"steps": 1, "trained_samples": 8, "dropped_groups": 0, "entropy": [0.5], "segments_hist": {"1": 8},
+               "run_dir": "runs/x", "cpu_numerics": native}
+    lines = format_summary(summary).splitlines()
+    assert lines[-2] == numerics_line(native) and lines[-1].startswith("run folder: runs/x")
+    without = format_summary({**summary, "cpu_numerics": None}).splitlines()
+    assert not any(line.startswith("floats:") for line in without)

@@ -22,6 +22,11 @@ is why the same config lands at different accuracies on machines of this kind (d
   docs/reproduction.md): MKL documents COMPATIBLE as reproducible on Intel and non-Intel CPUs, and what still
   differs between the two has not been found.
 
+On the AMD EPYCs measured (a Zen 4 and a Zen 5) capping MKL and oneDNN at AVX2 changes no bit: torch's kernel
+family alone separates an AVX-512 run from an AVX2 one there. A Zen 5 computes a Zen 4's bits in every setting,
+and torch's AVX2 kernels on it reproduce a Zen 3's whole runs, so the summary's `numerics_line` names what a
+result can be compared against: the kernel family, MKL's branch, the thread count and the CPU.
+
 Both settings are environment variables that torch and MKL read once, at their first operation in a process,
 so `apply_cpu_numerics` must run before any tensor operation; it checks torch's choice afterwards and raises if
 it came too late. Engine and learner child processes start by `spawn` and inherit the environment.
@@ -80,6 +85,15 @@ def numerics_report(mode: str) -> dict:
     return {"mode": mode, "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
             "mkl_cbwr": os.environ.get("MKL_CBWR", ""), "threads": torch.get_num_threads(), "cpu": cpu_name(fields),
             "cpu_model": cpu_model_id(fields)}
+
+
+def numerics_line(report: dict) -> str:
+    """`numerics_report`'s result as one line of the run's summary: what decided the run's floats, to compare a
+    result with runs computed the same way (docs/reproduction.md)."""
+    branch = f"MKL_CBWR={report['mkl_cbwr']}" if report.get("mkl_cbwr") else "MKL's automatic branch"
+    threads = f"{report['threads']} thread" + ("s" if report["threads"] != 1 else "")
+    return (f"floats: train.cpu_numerics={report['mode']}, torch's {report['torch_cpu_capability']} kernels, {branch}, "
+            f"{threads}, {report.get('cpu_model') or report['cpu']}")
 
 
 def _cpuinfo(path: str = "/proc/cpuinfo") -> dict[str, str]:
