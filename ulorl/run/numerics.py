@@ -23,9 +23,9 @@ is why the same config lands at different accuracies on machines of this kind (d
   differs between the two has not been found.
 
 On the AMD EPYCs measured (a Zen 4 and a Zen 5) capping MKL and oneDNN at AVX2 changes no bit: torch's kernel
-family alone separates an AVX-512 run from an AVX2 one there. A Zen 5 computes a Zen 4's bits in every setting,
-and torch's AVX2 kernels on it reproduce a Zen 3's whole runs, so the summary's `numerics_line` names what a
-result can be compared against: the kernel family, MKL's branch, the thread count and the CPU.
+family alone separates an AVX-512 run from an AVX2 one there. A Zen 5 computes a Zen 4's bits in every setting
+measured, and torch's AVX2 kernels on it reproduce a Zen 3's whole runs, so the summary's `numerics_line` names
+what a result can be compared against: the kernel family, MKL's branch, the thread count and the CPU.
 
 Both settings are environment variables that torch and MKL read once, at their first operation in a process,
 so `apply_cpu_numerics` must run before any tensor operation; it checks torch's choice afterwards and raises if
