@@ -26,6 +26,7 @@ from ulorl.run.samples_log import clip_text
 SHOWN = 5  # problems printed (stall_report.json holds all)
 MOSTLY = 0.9  # share of the groups all at the lowest (highest) reward for the too-hard (too-easy) hint
 TEXT_CHARS = 300  # characters of prompt and response kept per problem
+TOO_EASY = "the problems are too easy for the model (ulorl clean --steps too_easy), or set algo.dynamic_sampling=false"
 
 
 class StallError(UlorlError, RuntimeError):
@@ -78,14 +79,14 @@ def hint(seen: RoundsSeen, dynamic_sampling: bool) -> str:
     if truncated > len(rewards) / 2:
         return (f"{truncated} of {len(rewards)} answers hit rollout.max_response_len (scored 0): raise it, or "
                 "prompt for shorter answers")
-    if max(rewards) <= 0:
+    low, high = min(rewards), max(rewards)
+    if high <= 0:
         return ("no answer was scored right: compare `response` with `ground_truth` in stall_report.json (a "
                 "reward that never matches?), warm-start the model (model.warm_start=sft), use easier data, or "
                 "set algo.dynamic_sampling=false")
-    if min(rewards) == max(rewards):
-        return "every answer was scored the same: the problems are too easy for the model (ulorl clean " \
-               "--steps too_easy), or set algo.dynamic_sampling=false"
-    groups, low, high = [[t.reward for t in g] for g, _ in seen.groups], min(rewards), max(rewards)
+    if low == high:
+        return f"every answer was scored the same: {TOO_EASY}"
+    groups = [[t.reward for t in g] for g, _ in seen.groups]
     all_low = sum(all(r == low for r in g) for g in groups)
     all_high = sum(all(r == high for r in g) for g in groups)
     if all_low >= MOSTLY * len(groups):
@@ -93,8 +94,6 @@ def hint(seen: RoundsSeen, dynamic_sampling: bool) -> str:
                 f"model rarely solves these problems; warm-start it (model.warm_start=sft, more sft.steps), use "
                 f"easier data, or set algo.dynamic_sampling=false")
     if all_high >= MOSTLY * len(groups):
-        return (f"in {all_high} of {len(groups)} groups every answer got the highest reward seen ({high:g}): the "
-                f"problems are too easy for the model (ulorl clean --steps too_easy), or set "
-                f"algo.dynamic_sampling=false")
+        return f"in {all_high} of {len(groups)} groups every answer got the highest reward seen ({high:g}): {TOO_EASY}"
     return "rewards rarely differ within a group: use more samples per problem (rollout.group_size) or " \
            "algo.dynamic_sampling=false"
