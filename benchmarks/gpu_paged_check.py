@@ -7,7 +7,9 @@ time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
 0. `attention_paths`: what this torch offers for paged decode (`varlen_attn`'s signature, whether it takes a
    `block_table`; flex attention and the experimental `PagedAttention` present or not), and one decode layer of
    256 rows x 8k through `varlen_attn` over shuffled 256-token pages against SDPA over contiguous K/V.
-1. `bandwidth`: the device's read bandwidth, `sum` over a 4 GiB bfloat16 tensor (median of 5).
+1. `bandwidth`: the device's read bandwidth, `sum` over a 4 GiB bfloat16 tensor (median of 5). `sampler`: ms per
+   call of the engine's sampler for 256 rows of bfloat16 logits over the 0.5B shape's 151,936 tokens, with the
+   rollout's and the paper's evaluation settings (`bench_sampler.py`): the part of a decode step the floor leaves out.
 2. `decode_paths`: one decode point (256 rows x 8k) through every decode path of the torch engine, side by side
    (`VARIANT_NAMES`, `--paths`: flex_attention and the gather, with CUDA graphs; flex without; the split-K plan of
    the CPU; flex with graphs over KV blocks of 128 tokens, with full blocks, with other Triton settings; our
@@ -50,6 +52,8 @@ import time
 
 import torch
 
+from bench_sampler import SETTINGS as SAMPLER_SETTINGS
+from bench_sampler import case as sampler_case
 from benchlib import emit, machine, write_result
 from forced_eos import HazardEOS
 
@@ -401,6 +405,13 @@ def main() -> int:
     res["attention_paths"] = ap = attention_paths(dev, 4 if q else 256, 512 if q else 8192)
     print(f"attention paths: varlen_attn {ap['varlen_attn']}, sdpa contiguous {ap['sdpa_contiguous_ms']:.2f} ms, "
           f"varlen paged {ap.get('varlen_paged_ms', ap.get('varlen_paged_errors', 'not run'))}", file=sys.stderr,
+          flush=True)
+    save()
+
+    # the sampler alone on the 0.5B shape's vocabulary: its share of a decode step (the floor leaves it out)
+    res["sampler"] = [sampler_case(4 if q else 256, shapes["qwen2.5-0.5b"]["vocab_size"], setting, dev, torch.bfloat16,
+                                   5, None) for setting in SAMPLER_SETTINGS]
+    print("sampler: " + ", ".join(f"{r['setting']} {r['ms']:.2f} ms" for r in res["sampler"]), file=sys.stderr,
           flush=True)
     save()
 
