@@ -1,5 +1,6 @@
-"""The torch engine's sampler alone: ms per call of `sample_tokens` for a batch of next-token logits, by rows, vocabulary
-and sampling settings, optionally next to the sampler of another commit (`--against REV`), with the same uniforms.
+"""The torch engine's sampler alone: ms per call of `sample_tokens` for a batch of next-token logits, by rows,
+vocabulary and sampling settings, optionally next to the sampler of another commit (`--against REV`), with the same
+uniforms.
 
 At a real vocabulary the sampler is not small: one pass over 256 rows x 151,936 float32 logits is 156 MB, and on a
 GPU a decode step of the Qwen2.5-0.5B shape at 256 rows x 2k reads ~7.4 GB of weights and K/V, so every pass the

@@ -10,6 +10,8 @@ time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
 1. `bandwidth`: the device's read bandwidth, `sum` over a 4 GiB bfloat16 tensor (median of 5). `sampler`: ms per
    call of the engine's sampler for 256 rows of bfloat16 logits over the 0.5B shape's 151,936 tokens, with the
    rollout's and the paper's evaluation settings (`bench_sampler.py`): the part of a decode step the floor leaves out.
+   `host_step`: ms per decode step of 64 and 256 rows at 2k with the model's work taken out (`bench_host_step.py`):
+   the host's part of a step, which the GPU waits for.
 2. `decode_paths`: one decode point (256 rows x 8k) through every decode path of the torch engine, side by side
    (`VARIANT_NAMES`, `--paths`: flex_attention and the gather, with CUDA graphs; flex without; the split-K plan of
    the CPU; flex with graphs over KV blocks of 128 tokens, with full blocks, with other Triton settings; our
@@ -52,6 +54,7 @@ import time
 
 import torch
 
+from bench_host_step import host_step_ms
 from bench_sampler import SETTINGS as SAMPLER_SETTINGS
 from bench_sampler import case as sampler_case
 from benchlib import emit, machine, write_result
@@ -413,6 +416,11 @@ def main() -> int:
                                    5, None) for setting in SAMPLER_SETTINGS]
     print("sampler: " + ", ".join(f"{r['setting']} {r['ms']:.2f} ms" for r in res["sampler"]), file=sys.stderr,
           flush=True)
+    # the host's part of a step (the scheduler in Python, the copies into the graph's inputs, the sampler's launches)
+    res["host_step"] = [host_step_ms(dev, rows, 256 if q else 2048, 20 if q else 200)
+                        for rows in ((4,) if q else (64, 256))]
+    print("host per step: " + ", ".join(f"{r['rows']} rows {r['ms_per_step']:.3f} ms" for r in res["host_step"]),
+          file=sys.stderr, flush=True)
     save()
 
     small = build_model(shapes["qwen2.5-0.5b"], dev, torch.bfloat16)

@@ -59,8 +59,8 @@ def test_a_draw_rounded_up_to_the_total_takes_the_last_kept_token():
     assert torch.allclose(lp, torch.log_softmax(logits[0], -1)[[2, 2, 0]])  # before filtering, as the contract says
 
 
-@pytest.mark.parametrize("params", [SamplingParams(temperature=0.85), SamplingParams(temperature=0.85, top_k=20, top_p=0.95)],
-                         ids=["plain", "paper_eval"])
+@pytest.mark.parametrize("params", [SamplingParams(temperature=0.85),
+                                    SamplingParams(temperature=0.85, top_k=20, top_p=0.95)], ids=["plain", "paper_eval"])
 def test_the_sampler_draws_by_inverse_cdf_row_by_row(params):
     """Vectorised `sample_tokens` against a per-row loop over Python floats: the first token whose cumulative
     probability passes u."""
