@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from benchlib import emit, machine, quiet_torch
+from benchlib import decoding_rows, emit, machine, quiet_torch
 
 VOCAB = 16
 
@@ -42,16 +42,10 @@ def host_step_ms(dev: torch.device, rows: int, ctx: int, iters: int, passes: int
     kv_gib = rows * (ctx + steps + 128) * 2 * 16 * 4 / 1024**3 * 1.05 + 0.001
     eng = TorchEngine(model, [VOCAB], max_batch=rows, kv_cache_gib=kv_gib, decode_attention="gather",
                       cuda_graphs=False, block_size=64)  # EOS id VOCAB: never sampled, no row finishes
-    cache, blocks = eng._pool_for(ctx + steps + 1)
+    sched = decoding_rows(eng, rows, ctx, steps + 1, SamplingParams(temperature=0.85), VOCAB)
     eng.table.backend.fixed_width = True  # tables as wide as the call's capacity, as flex and Triton take them
     logits = torch.randn(eng.table.buckets[-1], VOCAB, device=dev)
     eng.table._run_or_fall_back = lambda n, width: logits[:n]  # the device's step: nothing
-    sched = eng.scheduler_cls(eng.runner, cache, blocks, eng.stats, [[1] * ctx for _ in range(rows)], steps + 1,
-                              SamplingParams(temperature=0.85), 0, [VOCAB], rows, 1, None, 0, eng.table)
-    for s in list(sched.waiting):
-        s.blocks = blocks.allocate(blocks.blocks_for(ctx), s.index)
-        s.cached, s.tokens, s.logprobs = ctx, [1], [0.0]
-    sched.running, sched.waiting = list(sched.waiting), type(sched.waiting)()
     with torch.no_grad():
         for _ in range(3):
             sched._sample(sched._decode())

@@ -55,3 +55,17 @@ def emit(result: dict, out: str | os.PathLike | None = None) -> int:
     write_result(result, out)
     print(json.dumps(result))
     return 0
+
+
+def decoding_rows(engine, rows: int, ctx: int, max_new: int, params, eos: int):
+    """A scheduler of `engine` (a `TorchEngine`) whose `rows` rows are decoding at `ctx` tokens each: their blocks
+    taken from the pool directly (nothing prefilled; the K/V is whatever the pool holds), one token sampled, room
+    for `max_new` tokens. A step: `sched._sample(sched._decode())`."""
+    cache, blocks = engine._pool_for(ctx + max_new)
+    sched = engine.scheduler_cls(engine.runner, cache, blocks, engine.stats, [[1] * ctx for _ in range(rows)],
+                                 max_new, params, 0, [eos], rows, 1, None, 0, engine.table)
+    for s in list(sched.waiting):
+        s.blocks = blocks.allocate(blocks.blocks_for(ctx), s.index)
+        s.cached, s.tokens, s.logprobs = ctx, [1], [0.0]
+    sched.running, sched.waiting = list(sched.waiting), type(sched.waiting)()
+    return sched

@@ -57,7 +57,7 @@ import torch
 from bench_host_step import host_step_ms
 from bench_sampler import SETTINGS as SAMPLER_SETTINGS
 from bench_sampler import case as sampler_case
-from benchlib import emit, machine, write_result
+from benchlib import decoding_rows, emit, machine, write_result
 from forced_eos import HazardEOS
 
 GIB = 1024**3
@@ -240,13 +240,7 @@ def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int, attenti
         getattr(model.config, "head_dim", model.config.hidden_size // model.config.num_attention_heads) * 2
     tokens = rows * (ctx + iters + 64)
     eng, eos = engine_for(model, tokens * bpt / GIB * 1.02 + 0.01, rows, attention, graphs, block_size, options)
-    cache, blocks = eng._pool_for(ctx + iters + 1)
-    sched = eng.scheduler_cls(eng.runner, cache, blocks, eng.stats, [[1] * ctx for _ in range(rows)], iters + 8,
-                              SamplingParams(temperature=1.0), 0, [eos], rows, 1, None, 0, eng.table)
-    for s in list(sched.waiting):
-        s.blocks = blocks.allocate(blocks.blocks_for(ctx), s.index)
-        s.cached, s.tokens, s.logprobs = ctx, [1], [0.0]
-    sched.running, sched.waiting = list(sched.waiting), type(sched.waiting)()
+    sched = decoding_rows(eng, rows, ctx, iters + 8, SamplingParams(temperature=1.0), eos)
     with torch.no_grad():
         for _ in range(2):  # warm-up
             sched._sample(sched._decode())
@@ -262,7 +256,7 @@ def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int, attenti
             "block_size": eng.block_size, "options": eng.attention_options,
             "graphs_captured": len(eng.table.graphs) if eng.table else 0,
             "fallbacks": eng.table.fallbacks if eng.table else []}
-    del sched, eng, cache, blocks
+    del sched, eng
     return {"rows": rows, "context": ctx, "ms_per_iteration": ms, "kv_bytes_read": kv_read, **path}
 
 
