@@ -111,10 +111,10 @@ class TableDecoder:
         self.graphs.clear()
         self.pool = None
 
-    def width_for(self, max_blocks: int, capacity_blocks: int) -> int:
+    def width_for(self, tables: list[list[int]], capacity_blocks: int) -> int:
         """The step's table width: the longest row's blocks, bucketed; for a backend whose cost does not grow
         with the width (`fixed_width`), the call's capacity, so one graph per batch bucket serves the call."""
-        return width_bucket(capacity_blocks if self.backend.fixed_width else max_blocks)
+        return width_bucket(capacity_blocks if self.backend.fixed_width else max(map(len, tables)))
 
     def decode(self, tokens: list[int], pos: list[int], tables: list[list[int]], capacity_blocks: int
                ) -> torch.Tensor:
@@ -122,7 +122,7 @@ class TableDecoder:
         `tables[i]` (enough for `pos[i] + 1` tokens) -> next-token logits `(n, V)`."""
         n, bs, scratch = len(tokens), self.cache.block_size, self.cache.scratch
         rows = bucket(n, self.buckets)
-        width = self.width_for(max(len(t) for t in tables), capacity_blocks)
+        width = self.width_for(tables, capacity_blocks)
         if width > self._width:
             self._alloc(self.buckets[-1], width)
         host = self._host
@@ -151,7 +151,7 @@ class TableDecoder:
         row, so that a timed or long call pays no compilation: as vLLM captures its graphs at start. Every row is
         a padding row (token 0 at position 0, its K/V into the scratch block), so the pool's blocks are untouched.
         `progress(done, total)` after each bucket. Returns the number of buckets run."""
-        width = self.width_for(capacity_blocks, capacity_blocks)
+        width = width_bucket(capacity_blocks)  # the widest any step of such a call takes
         if width > self._width:
             self._alloc(self.buckets[-1], width)
         bs, scratch = self.cache.block_size, self.cache.scratch

@@ -139,11 +139,11 @@ class Scheduler:
         uniforms = None if self.params.greedy else row_uniforms(
             self.seed, [s.stream for s in self.running], [len(s.tokens) for s in self.running], logits.device)
         tok, lp = sample_tokens(logits, self.params, uniforms)
-        pairs = torch.stack([tok.double(), lp.double()], dim=1).tolist()
-        for s, (t, p) in zip(self.running, pairs):
-            s.tokens.append(int(t))
+        eos = self.eos
+        for s, t, p in zip(self.running, tok.tolist(), lp.tolist()):  # the first `tolist` is the synchronisation
+            s.tokens.append(t)
             s.logprobs.append(p)
-            s.eos = int(t) in self.eos
+            s.eos = t in eos
         self.stats.useful_tokens += len(self.running)
 
     def _retire(self) -> None:
@@ -164,14 +164,13 @@ class Scheduler:
         """Make room for every running row's next token (preempting the newest rows if needed), then decode."""
         bs = self.blocks.block_size
         while True:
-            need = sum(1 for s in self.running if s.cached // bs == len(s.blocks))
-            if need <= self.blocks.num_free:
+            full = [s for s in self.running if s.cached // bs == len(s.blocks)]  # the next token opens a block
+            if len(full) <= self.blocks.num_free:
                 break
             if self._unpark() is None:
                 self._preempt(self.running.pop())
-        for s in self.running:
-            if s.cached // bs == len(s.blocks):
-                s.blocks += self.blocks.allocate(1, s.index)
+        for s in full:
+            s.blocks += self.blocks.allocate(1, s.index)
         if self.table is not None:
             logits = self.table.decode([s.last_token for s in self.running], [s.cached for s in self.running],
                                        [s.blocks for s in self.running], self.capacity_blocks)
