@@ -50,17 +50,20 @@ def test_the_nucleus_within_the_top_k_equals_the_sort_of_the_whole_row(vocab, ti
 
 
 def test_a_draw_rounded_up_to_the_total_takes_the_last_kept_token():
-    # top-k 2 of [3, 0, 2, -1] keeps tokens 0 and 2; u just below 1 (or a product rounded up to the cdf's total)
-    # must land on the kept token that comes last in vocabulary order, never on the cut tokens after it
-    logits = torch.tensor([[3.0, 0.0, 2.0, -1.0]] * 3)
-    u = torch.tensor([1 - 2**-53, 0.9999999, 0.0], dtype=torch.float64)
+    # top-k 2 of [3, 0, 2, -1] keeps tokens 0 and 2; u just below 1 must land on the kept token that comes last
+    # in vocabulary order, never on the cut token after it; u = 1 (a product u x total rounded up to the total,
+    # which a search for the first cdf entry above it would put past the end) too
+    logits = torch.tensor([[3.0, 0.0, 2.0, -1.0]] * 4)
+    u = torch.tensor([1 - 2**-53, 0.9999999, 0.0, 1.0], dtype=torch.float64)
     tok, lp = sample_tokens(logits, SamplingParams(temperature=1.0, top_k=2), u)
-    assert tok.tolist() == [2, 2, 0]
-    assert torch.allclose(lp, torch.log_softmax(logits[0], -1)[[2, 2, 0]])  # before filtering, as the contract says
+    assert tok.tolist() == [2, 2, 0, 2]
+    assert torch.allclose(lp, torch.log_softmax(logits[0], -1)[[2, 2, 0, 2]])  # before filtering (the contract)
 
 
-@pytest.mark.parametrize("params", [SamplingParams(temperature=0.85),
-                                    SamplingParams(temperature=0.85, top_k=20, top_p=0.95)], ids=["plain", "paper_eval"])
+PAPER_EVAL = SamplingParams(temperature=0.85, top_k=20, top_p=0.95)
+
+
+@pytest.mark.parametrize("params", [SamplingParams(temperature=0.85), PAPER_EVAL], ids=["plain", "paper_eval"])
 def test_the_sampler_draws_by_inverse_cdf_row_by_row(params):
     """Vectorised `sample_tokens` against a per-row loop over Python floats: the first token whose cumulative
     probability passes u."""
