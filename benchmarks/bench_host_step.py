@@ -22,7 +22,7 @@ import time
 
 import torch
 
-from benchlib import decoding_rows, emit, machine, quiet_torch
+from benchlib import decoding_rows, emit, kv_bytes_per_token, machine, quiet_torch
 
 VOCAB = 16
 
@@ -39,7 +39,7 @@ def host_step_ms(dev: torch.device, rows: int, ctx: int, iters: int, passes: int
                       intermediate_size=64, vocab_size=VOCAB)
     model = Qwen2ForCausalLM(cfg).to(dev).eval()
     steps = 3 + passes * iters
-    kv_gib = rows * (ctx + steps + 128) * 2 * 16 * 4 / 1024**3 * 1.05 + 0.001
+    kv_gib = rows * (ctx + steps + 128) * kv_bytes_per_token(model) / 1024**3 * 1.05 + 0.001
     eng = TorchEngine(model, [VOCAB], max_batch=rows, kv_cache_gib=kv_gib, decode_attention="gather",
                       cuda_graphs=False, block_size=64)  # EOS id VOCAB: never sampled, no row finishes
     sched = decoding_rows(eng, rows, ctx, steps + 1, SamplingParams(temperature=0.85), VOCAB)

@@ -69,3 +69,10 @@ def decoding_rows(engine, rows: int, ctx: int, max_new: int, params, eos: int):
         s.cached, s.tokens, s.logprobs = ctx, [1], [0.0]
     sched.running, sched.waiting = list(sched.waiting), type(sched.waiting)()
     return sched
+
+
+def kv_bytes_per_token(model) -> int:
+    """K and V bytes of one token over all layers, as the torch engine's pool holds them (the model's dtype)."""
+    from ulorl.rollout.engines.torch.runner import ModelRunner
+
+    return ModelRunner(model).kv_shape().bytes_per_token

@@ -57,7 +57,7 @@ import torch
 from bench_host_step import host_step_ms
 from bench_sampler import SETTINGS as SAMPLER_SETTINGS
 from bench_sampler import case as sampler_case
-from benchlib import decoding_rows, emit, machine, write_result
+from benchlib import decoding_rows, emit, kv_bytes_per_token, machine, write_result
 from forced_eos import HazardEOS
 
 GIB = 1024**3
@@ -236,8 +236,7 @@ def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int, attenti
     graph capture) are not timed."""
     from ulorl.rollout.engines import SamplingParams
 
-    bpt = model.config.num_hidden_layers * 2 * model.config.num_key_value_heads * \
-        getattr(model.config, "head_dim", model.config.hidden_size // model.config.num_attention_heads) * 2
+    bpt = kv_bytes_per_token(model)
     tokens = rows * (ctx + iters + 64)
     eng, eos = engine_for(model, tokens * bpt / GIB * 1.02 + 0.01, rows, attention, graphs, block_size, options)
     sched = decoding_rows(eng, rows, ctx, iters + 8, SamplingParams(temperature=1.0), eos)
@@ -305,7 +304,7 @@ def slots_vs_paged(model, dev, rows: int, cap: int, segment: int, mean: float, s
     from ulorl.rollout.engines import SamplingParams
 
     prompt = 64
-    bpt = model.config.num_hidden_layers * 2 * model.config.num_key_value_heads * model.config.head_dim * 2
+    bpt = kv_bytes_per_token(model)
     slot_gib = slot_rows * (prompt + cap) * bpt / GIB
     eng, eos = engine_for(model, slot_gib, rows)
     HazardEOS.install(eng, mean, eos)
@@ -333,8 +332,7 @@ def segment_rollout(model, dev, m: int, L: int, groups: int, target: int) -> dic
     from ulorl.rollout.prompt_source import PromptSource
     from ulorl.rollout.segment import SegmentRollout
 
-    bpt = model.config.num_hidden_layers * 2 * model.config.num_key_value_heads * \
-        (model.config.hidden_size // model.config.num_attention_heads) * 2
+    bpt = kv_bytes_per_token(model)
     kv_gib = min(0.6 * free_bytes(dev), groups * 8 * (L + 64) * bpt) / GIB
     eng, eos = engine_for(model, kv_gib, groups * 8)
     HazardEOS.install(eng, L / 8, eos)
@@ -455,8 +453,7 @@ def main() -> int:
     res["decode"] = []
     for rows in ((4, 8) if q else (64, 256)):
         for ctx in ((64, 256) if q else (2048, 8192, 32768)):
-            bpt = 24 * 2 * 2 * 64 * 2
-            if not q and rows * (ctx + 100) * bpt > 0.8 * free_bytes(dev):
+            if not q and rows * (ctx + 100) * kv_bytes_per_token(small) > 0.8 * free_bytes(dev):
                 res["skipped"].append(f"decode {rows} x {ctx}: KV over 80% of free memory")
                 continue
             if left() < 0:

@@ -58,7 +58,7 @@ def filter_logits(scaled: torch.Tensor, top_k: int, top_p: float) -> torch.Tenso
     filtered, top = scaled, None
     if 0 < top_k < scaled.shape[-1]:
         # one more than k when the nucleus follows: the (k+1)-th value tells whether the k-th has ties
-        top = torch.topk(scaled, top_k + (top_p < 1.0), dim=-1)
+        top = torch.topk(scaled, top_k + 1 if top_p < 1.0 else top_k, dim=-1)
         filtered = scaled.masked_fill(scaled < top.values[:, top_k - 1: top_k], float("-inf"))
     if top_p < 1.0:
         if top is not None and not bool((top.values[:, top_k] == top.values[:, top_k - 1]).any()):
