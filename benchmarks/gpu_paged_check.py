@@ -11,7 +11,10 @@ time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
    call of the engine's sampler for 256 rows of bfloat16 logits over the 0.5B shape's 151,936 tokens, with the
    rollout's and the paper's evaluation settings (`bench_sampler.py`): the part of a decode step the floor leaves out.
    `host_step`: ms per decode step of 64 and 256 rows at 2k with the model's work taken out (`bench_host_step.py`):
-   the host's part of a step, which the GPU waits for.
+   the host's part of a step, which the GPU waits for. `prefill`: ms per packed prefill of the 0.5B shape through
+   each prefill attention (`prefill_attention.py`: per-length SDPA, torch's `varlen_attn` in one call per layer),
+   for 64 prompts of distinct lengths (12k tokens) and 4 continued samples of 1k-8k (15k tokens), the largest
+   logit difference between the two, and which one `rollout.torch.prefill_attention=auto` took here.
 2. `decode_paths`: one decode point (256 rows x 8k) through every decode path of the torch engine, side by side
    (`VARIANT_NAMES`, `--paths`: flex_attention and the gather, with CUDA graphs; flex without; the split-K plan of
    the CPU; flex with graphs over KV blocks of 128 tokens, with full blocks, with other Triton settings; our
@@ -51,6 +54,7 @@ import gc
 import statistics
 import sys
 import time
+import warnings
 
 import torch
 
@@ -259,6 +263,57 @@ def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int, attenti
     return {"rows": rows, "context": ctx, "ms_per_iteration": ms, "kv_bytes_read": kv_read, **path}
 
 
+# what a round prefills: prompts (their G samples share one prefill) and continued samples prefilled again
+PREFILL_CASES = {"prompts": [64 + 4 * i for i in range(64)], "continued": [1024, 2048, 4096, 8192]}
+QUICK_PREFILL_CASES = {"prompts": [8 + i for i in range(8)], "continued": [32, 64, 96]}
+
+
+def prefill_paths(model, dev: torch.device, cases: dict[str, list[int]], repeats: int = 5) -> dict:
+    """ms per packed prefill (`ModelRunner.prefill`, median of `repeats` after one untimed) of each case's sequence
+    lengths through each prefill attention that runs here (`sdpa`; `varlen` when `auto` takes it), the largest
+    difference between their logits, and what `auto` chose (with its warning, if its probe failed)."""
+    from ulorl.rollout.engines.torch.prefill_attention import SDPAPrefill, varlen_unavailable
+
+    tokens = max(sum(lens) + 64 * len(lens) for lens in cases.values())
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        eng, _ = engine_for(model, tokens * kv_bytes_per_token(model) / GIB * 1.1 + 0.01, 8, "split_k", False)
+    runner = eng.runner
+    auto = runner.prefill_attention
+    res = {"auto": auto.name, "warnings": [str(w.message)[:400] for w in caught], "cases": []}
+    backends = {"sdpa": SDPAPrefill()}
+    if auto.name == "varlen":
+        backends["varlen"] = auto
+    else:
+        res["varlen_not_run"] = varlen_unavailable(dev, runner.dtype, runner.head_dim) or "its probe failed (warnings)"
+    cache, blocks = eng._pool_for(max(max(lens) for lens in cases.values()) + 1)
+    for name, lens in cases.items():
+        seqs = [[5 + (i * 7 + j) % 400 for j in range(n)] for i, n in enumerate(lens)]
+        tables = [blocks.allocate(blocks.blocks_for(n), i) for i, n in enumerate(lens)]
+        row, logits = {"case": name, "sequences": len(lens), "tokens": sum(lens)}, {}
+        for bname, backend in backends.items():
+            runner.prefill_attention = backend
+            times = []
+            with torch.no_grad():
+                for _ in range(repeats + 1):
+                    sync(dev)
+                    t0 = time.perf_counter()
+                    logits[bname] = runner.prefill(cache, seqs, tables).float()
+                    sync(dev)
+                    times.append((time.perf_counter() - t0) * 1000)
+            row[f"{bname}_ms"] = statistics.median(times[1:])
+        if "varlen" in logits:
+            row["speedup"] = row["sdpa_ms"] / row["varlen_ms"]
+            row["max_abs_logit_diff"] = (logits["varlen"] - logits["sdpa"]).abs().max().item()
+            row["argmax_agree"] = (logits["varlen"].argmax(-1) == logits["sdpa"].argmax(-1)).float().mean().item()
+        res["cases"].append(row)
+        for i, t in enumerate(tables):
+            blocks.release(t, i)
+    runner.prefill_attention = auto
+    del eng, cache, blocks
+    return res
+
+
 def decode_variants(model, dev: torch.device, rows: int, ctx: int, iters: int, floor,
                     names=DEFAULT_PATHS, budget_s: float = float("inf"), skipped: list | None = None) -> list[dict]:
     """`decode_ms` through every path of `names` (`VARIANT_NAMES`); a path that fails here (a compiler, a
@@ -420,6 +475,16 @@ def main() -> int:
     save()
 
     small = build_model(shapes["qwen2.5-0.5b"], dev, torch.bfloat16)
+    try:  # the packed prefill's attention: per-length SDPA against one varlen_attn call per layer (never fatal)
+        res["prefill"] = pf = prefill_paths(small, dev, QUICK_PREFILL_CASES if q else PREFILL_CASES)
+        times = [f"{c['case']} sdpa {c['sdpa_ms']:.1f} ms" + (f", varlen {c['varlen_ms']:.1f} ms" if "varlen_ms" in c
+                                                               else "") for c in pf["cases"]]
+        print(f"prefill (auto: {pf['auto']}): " + "; ".join(times), file=sys.stderr, flush=True)
+    except Exception as e:
+        res["skipped"].append(f"prefill: {type(e).__name__}: {str(e)[:300]}")
+    save()
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
     wb = weight_bytes(small)
     floor = lambda r: (wb + r["kv_bytes_read"]) / bw["bytes_per_s"] * 1000  # noqa: E731
     res["decode_paths"] = paths = decode_variants(small, dev, 4 if q else 256, 256 if q else 8192, 4 if q else 10,

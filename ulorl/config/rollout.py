@@ -8,7 +8,7 @@ from dataclasses import dataclass, field
 from ulorl.config.checks import positive
 from ulorl.config.loader import ConfigError, check_choice
 from ulorl.rollout.engines.base import check_sampling
-from ulorl.rollout.engines.registry import DecodeAttention, EngineName
+from ulorl.rollout.engines.registry import DecodeAttention, EngineName, PrefillAttention
 
 
 @dataclass
@@ -41,6 +41,8 @@ class TorchEngineConfig:
 
     # DecodeAttention: auto (split_k on CPU, flex on CUDA) | split_k | flex | triton (our kernel, CUDA) | gather
     decode_attention: str = "auto"
+    # PrefillAttention: auto (varlen on CUDA in float16 / bfloat16, else sdpa) | sdpa | varlen (torch's varlen_attn)
+    prefill_attention: str = "auto"
     cuda_graphs: bool = True  # CUDA, flex/triton/gather: capture each padded decode shape once as a CUDA graph
     block_size: int | None = None  # tokens per KV block; None: 32 on CPU, 64 on CUDA
     # CPU: engine processes, one torch thread each; every call's rows are split between them (torch/processes.py)
@@ -48,6 +50,7 @@ class TorchEngineConfig:
 
     def __post_init__(self) -> None:
         check_choice("rollout.torch.decode_attention", self.decode_attention, DecodeAttention)
+        check_choice("rollout.torch.prefill_attention", self.prefill_attention, PrefillAttention)
         if self.block_size is not None:
             positive("rollout.torch.block_size", self.block_size)
         positive("rollout.torch.procs", self.procs)

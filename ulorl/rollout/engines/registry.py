@@ -32,6 +32,15 @@ class DecodeAttention(str, Enum):
     TRITON = "triton"  # torch/triton_decode.py: our split-KV Triton kernel over block tables, graph-capturable (CUDA)
 
 
+class PrefillAttention(str, Enum):
+    """`rollout.torch.prefill_attention`: the causal attention of the torch engine's packed prefill
+    (torch/prefill_attention.py)."""
+
+    AUTO = "auto"  # varlen where it runs (CUDA, float16 / bfloat16) and its start-up probe passes, else sdpa
+    SDPA = "sdpa"  # one SDPA call per group of equal-length sequences (CPU; any device and dtype)
+    VARLEN = "varlen"  # torch's varlen_attn (flash attention): one call per layer for the whole stream (CUDA)
+
+
 def _torch(model, tokenizer, eos_ids: list[int], **kw) -> Engine:
     import torch
 
@@ -46,7 +55,7 @@ def _torch(model, tokenizer, eos_ids: list[int], **kw) -> Engine:
         child_kw = {k: kw[k] for k in ("max_batch", "kv_cache_gib", "dtype") if k in kw}
         return ProcessEngine(model, eos_ids, opts.procs, torch=replace(opts, procs=1), **child_kw)
     extra = {} if opts is None else dict(decode_attention=opts.decode_attention, cuda_graphs=opts.cuda_graphs,
-                                         block_size=opts.block_size)
+                                         block_size=opts.block_size, prefill_attention=opts.prefill_attention)
     return TorchEngine(model, eos_ids, max_batch=kw.get("max_batch", 256), kv_cache_gib=kw.get("kv_cache_gib", 4.0),
                        dtype=None if dtype in (None, "auto") else getattr(torch, dtype), **extra)
 

@@ -1,4 +1,4 @@
-"""Attention over the paged KV cache: one batched call per layer for decode, packed causal attention for prefill.
+"""Attention over the paged KV cache for decode: one batched call per layer (the prefill's: `prefill_attention.py`).
 
 Decode (`paged_decode_attention`) is split-K attention over blocks, as PagedAttention v2 / flash-decoding do:
 every block of the pool below the block manager's high-water mark is one entry (a head, with the KV heads as
@@ -26,7 +26,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 
 
 @dataclass
@@ -155,30 +154,3 @@ def paged_decode_attention(q: torch.Tensor, k_pool: torch.Tensor, v_pool: torch.
         parts_o.append(o)
         parts_lse.append(lse)
     return merge_partials(torch.cat(parts_o), torch.cat(parts_lse), plan.rows, plan.n)
-
-
-def packed_causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, lens: list[int], scale: float
-                            ) -> torch.Tensor:
-    """Causal attention of sequences packed into one stream, each over itself only.
-
-    q `(N, H, D)`, k/v `(N, H_kv, D)`, lens: the sequences' lengths in stream order (sum N) -> `(N, H, D)`.
-    One SDPA call per group of equal-length sequences (G samples of a prompt are prefilled once, so a group
-    is typically one sequence; no torch kernel for ragged causal attention runs on CPU).
-    """
-    group = q.shape[1] // k.shape[1]
-    offsets, at = [], 0
-    for n in lens:
-        offsets.append(at)
-        at += n
-    by_len: dict[int, list[int]] = {}
-    for i, n in enumerate(lens):
-        by_len.setdefault(n, []).append(offsets[i])
-    out = torch.empty_like(q)
-    for n, starts in by_len.items():
-        idx = torch.tensor(starts, device=q.device)[:, None] + torch.arange(n, device=q.device)  # (n_g, n)
-        kg, vg = k[idx].transpose(1, 2), v[idx].transpose(1, 2)  # (n_g, H_kv, n, D)
-        if group > 1:
-            kg, vg = kg.repeat_interleave(group, dim=1), vg.repeat_interleave(group, dim=1)
-        og = F.scaled_dot_product_attention(q[idx].transpose(1, 2), kg, vg, is_causal=True, scale=scale)
-        out[idx] = og.transpose(1, 2)
-    return out

@@ -10,6 +10,7 @@ modules. One role per file, as in nano-vllm's engine/:
   with reference counts; on CPU the pool's memory is committed only where blocks are written;
 - `runner.py` and `attention.py`: packed prefill and one-token decode over the model's own modules, one
   attention call per layer reading each row's own blocks (split-K over the pool: the CPU default);
+- `prefill_attention.py`: the packed prefill's causal attention (per-length SDPA; torch's `varlen_attn` on CUDA);
 - `table_attention.py` and `graph_decoder.py`: the same decode with fixed shapes over padded block tables
   (flex_attention, our Triton kernel `triton_decode.py`, or a gather), captured as CUDA graphs per batch bucket
   and replayed (the CUDA default);
@@ -41,6 +42,7 @@ from ulorl.rollout.engines.torch.block_manager import BlockManager
 from ulorl.rollout.engines.torch.graph_decoder import GraphMode, TableDecoder
 from ulorl.rollout.engines.torch.kept_rows import KeptRows, weights_version
 from ulorl.rollout.engines.torch.kv_cache import GIB, PagedKVCache, check_budget, physical_memory_bytes, pool_blocks
+from ulorl.rollout.engines.torch.prefill_attention import prefill_backend
 from ulorl.rollout.engines.torch.runner import ModelRunner
 from ulorl.rollout.engines.torch.scheduler import Scheduler
 from ulorl.rollout.engines.torch.table_attention import table_backend, triton_runs_on
@@ -68,11 +70,12 @@ class TorchEngine:
 
     def __init__(self, model, eos_ids: list[int], max_batch: int = 256, kv_cache_gib: float = 4.0,
                  prefill_tokens: int = 16384, block_size: int | None = None, dtype: torch.dtype | None = None,
-                 decode_attention: str = "auto", cuda_graphs: bool = True, attention_options: dict | None = None
-                 ) -> None:
+                 decode_attention: str = "auto", cuda_graphs: bool = True, attention_options: dict | None = None,
+                 prefill_attention: str = "auto") -> None:
         """`attention_options`: options of the table decode path in use (`table_attention.FlexAttention`:
         `kernel_options`, `full_blocks`; `TritonAttention`: `splits`, `num_warps`, `num_stages`), for tuning on a
-        GPU (`benchmarks/gpu_paged_check.py` compares them)."""
+        GPU (`benchmarks/gpu_paged_check.py` compares them). `prefill_attention`: a `PrefillAttention` value
+        (`prefill_attention.py`)."""
         if not eos_ids:
             raise ValueError("the torch engine needs at least one EOS token id")
         if max_batch < 1 or prefill_tokens < 1 or not kv_cache_gib > 0 or (block_size is not None and block_size < 1):
@@ -97,6 +100,8 @@ class TorchEngine:
             raise ValueError(f"rollout.torch.decode_attention=triton runs its kernel on CUDA (this engine's device: "
                              f"{dev}); elsewhere only under Triton's interpreter (TRITON_INTERPRET=1, a slow reference "
                              f"for tests). On CPU use split_k, the fast path there")
+        r = self.runner
+        r.prefill_attention = prefill_backend(prefill_attention, r.device, r.dtype, r.num_heads, r.num_kv, r.head_dim)
         # CUDA graphs replay fixed-shape steps: the table backends only, on CUDA only
         self.graph_mode = GraphMode.CUDA if cuda_graphs and dev == "cuda" else GraphMode.OFF
         self.stats = EngineStats()

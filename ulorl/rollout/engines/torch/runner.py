@@ -5,8 +5,8 @@ head: the *same* parameters the learner trains, so weights are shared without a 
 dtype is the model's) and replaces only the attention bookkeeping:
 
 - `prefill` takes sequences of any lengths packed into one token stream: the linear layers see only real
-  tokens (no padding), attention is causal within each sequence (`attention.packed_causal_attention`), and
-  each token's K/V is written into its block;
+  tokens (no padding), attention is causal within each sequence (`prefill_attention.py`: per-length SDPA, or
+  torch's `varlen_attn` in one call per layer on CUDA), and each token's K/V is written into its block;
 - `decode` advances every live row by one token: the new K/V is written in place at the row's position in
   its last block, and one attention call per layer reads each row's own blocks
   (`attention.paged_decode_attention`, split-K over the pool: CPU);
@@ -21,12 +21,14 @@ qwen3. Anything else gets a clear error and can use `rollout.engine=hf`.
 
 from __future__ import annotations
 
+import numpy as np
 import torch
 import torch.nn.functional as F
 
 from ulorl.errors import UlorlError
-from ulorl.rollout.engines.torch.attention import DecodePlan, packed_causal_attention, paged_decode_attention
+from ulorl.rollout.engines.torch.attention import DecodePlan, paged_decode_attention
 from ulorl.rollout.engines.torch.kv_cache import KVShape, PagedKVCache
+from ulorl.rollout.engines.torch.prefill_attention import SDPAPrefill
 
 SUPPORTED_MODEL_TYPES = ("llama", "mistral", "qwen2", "qwen3")
 
@@ -85,6 +87,7 @@ class ModelRunner:
         self.head_dim = attn.head_dim
         self.group = self.num_heads // self.num_kv
         self.scale = attn.scaling
+        self.prefill_attention = SDPAPrefill()  # the packed prefill's attention (`prefill_attention.py`)
 
     @property
     def device(self) -> torch.device:
@@ -121,15 +124,18 @@ class ModelRunner:
         dev, bs = self.device, cache.block_size
         lens = [len(s) for s in seqs]
         ids = torch.tensor([t for s in seqs for t in s], device=dev)
-        pos = torch.cat([torch.arange(n, device=dev) for n in lens])
-        block = torch.cat([torch.tensor(t, device=dev)[torch.arange(n, device=dev) // bs] for t, n in zip(tables, lens)])
+        pos_host = np.concatenate([np.arange(n) for n in lens])  # on the host: two copies, not a few ops per sequence
+        block_host = np.concatenate([np.asarray(t, dtype=np.int64)[: -(-n // bs)].repeat(bs)[:n]
+                                     for t, n in zip(tables, lens)])
+        pos, block = torch.from_numpy(pos_host).to(dev), torch.from_numpy(block_host).to(dev)
         offset = pos % bs
         x, cos, sin = self._embed(ids, pos)
+        attend, layout = self.prefill_attention, self.prefill_attention.layout(lens, dev)
         for li, layer in enumerate(self.model.model.layers):
             attn = layer.self_attn
             q, k, v = self._qkv(attn, _norm(layer.input_layernorm, x), cos, sin)
             cache.write(li, block, offset, k, v)
-            out = packed_causal_attention(q, k, v, lens, self.scale)
+            out = attend(q, k, v, layout, self.scale)
             x = x + attn.o_proj(out.reshape(x.shape[0], -1))
             x = x + layer.mlp(_norm(layer.post_attention_layernorm, x))
         last = torch.tensor(lens, device=dev).cumsum(0) - 1
