@@ -4,9 +4,10 @@ rollout on a long-tailed workload, and a batch that slots could not hold.
 Models are built here from transformers configs with random bfloat16 weights (nothing downloaded; random weights
 time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
 
-0. `attention_paths`: what this torch offers for paged decode (`varlen_attn`'s signature, whether it takes a
-   `block_table`; flex attention and the experimental `PagedAttention` present or not), and one decode layer of
-   256 rows x 8k through `varlen_attn` over shuffled 256-token pages against SDPA over contiguous K/V.
+0. `attention_paths`: what this torch offers for paged decode (`varlen_attn`'s signature, whether it or the aten
+   op under it, `_flash_attention_forward`, takes a `block_table`; flex attention and the experimental
+   `PagedAttention` present or not), and one decode layer of 256 rows x 8k through flash attention's paged
+   kernel (`varlen_attn`, else the aten op) over shuffled 256-token pages against SDPA over contiguous K/V.
 1. `bandwidth`: the device's read bandwidth, `sum` over a 4 GiB bfloat16 tensor (median of 5). `sampler`: ms per
    call of the engine's sampler for 256 rows of bfloat16 logits over the 0.5B shape's 151,936 tokens, with the
    rollout's and the paper's evaluation settings (`bench_sampler.py`): the part of a decode step the floor leaves out.
@@ -122,7 +123,8 @@ def bandwidth(dev: torch.device, gib: float) -> dict:
 def attention_paths(dev: torch.device, rows: int, ctx: int, page: int = 256) -> dict:
     """What this torch offers for paged decode attention, and one decode layer's time through each path that runs.
 
-    `varlen_attn` (with `block_table` where this torch has it), against SDPA over contiguous K/V (what a slot
+    Flash attention's paged kernel (`varlen_attn` with `block_table` where this torch's has it, else the aten op
+    under it where that takes one), against SDPA over contiguous K/V (what a slot
     cache reads; the speed a paged kernel should match). The 0.5B shape's heads: 14 query, 2 KV, 64 wide,
     bfloat16; K/V pages of `page` tokens in a shuffled pool."""
     import inspect
@@ -137,6 +139,11 @@ def attention_paths(dev: torch.device, rows: int, ctx: int, page: int = 256) -> 
         out["varlen_attn"] = {"signature": sig, "block_table": "block_table" in sig}
     except ImportError as e:
         varlen_attn, out["varlen_attn"] = None, {"missing": str(e)}
+    try:  # the op under varlen_attn: a torch whose wrapper lacks `block_table` may still have it here
+        schema = str(torch.ops.aten._flash_attention_forward.default._schema)
+        out["flash_attention_forward"] = {"schema": schema, "block_table": "block_table" in schema}
+    except (AttributeError, RuntimeError) as e:
+        out["flash_attention_forward"] = {"missing": str(e)[:200]}
     for name, mod, attr in (("flex_attention", "torch.nn.attention.flex_attention", "flex_attention"),
                             ("PagedAttention", "torch.nn.attention.experimental._paged_attention", "PagedAttention")):
         try:
@@ -164,7 +171,8 @@ def attention_paths(dev: torch.device, rows: int, ctx: int, page: int = 256) -> 
                                                  enable_gqa=True)
     out["sdpa_contiguous_ms"] = timed(ref)
     expect = ref()[:, :, 0]
-    if varlen_attn is not None and out["varlen_attn"].get("block_table") and ctx % page == 0:
+    wrapper = varlen_attn is not None and out["varlen_attn"].get("block_table")
+    if (wrapper or out["flash_attention_forward"].get("block_table")) and ctx % page == 0:
         pages = ctx // page
         perm = torch.randperm(rows * pages, generator=g).to(dev)
         kp = torch.empty(rows * pages, page, hkv, d, dtype=dt, device=dev)
@@ -176,9 +184,16 @@ def attention_paths(dev: torch.device, rows: int, ctx: int, page: int = 256) -> 
         cu_k = cu_q * ctx
         used = torch.full((rows,), ctx, device=dev, dtype=torch.int32)
         errors = []
+        out["paged_call"] = "varlen_attn" if wrapper else "aten._flash_attention_forward"
+
+        def paged(cu):
+            if wrapper:
+                return varlen_attn(q, kp, vp, cu_q, cu, 1, ctx, enable_gqa=True, seqused_k=used, block_table=table)
+            return torch.ops.aten._flash_attention_forward(q, kp, vp, cu_q, cu, 1, ctx, 0.0, False, False,
+                                                           seqused_k=used, block_table=table)[0]
+
         for cu in (cu_k, None):  # cu_seq_k is optional with a block table in later torch versions
-            call = lambda cu=cu: varlen_attn(q, kp, vp, cu_q, cu, 1, ctx, enable_gqa=True,  # noqa: E731
-                                             seqused_k=used, block_table=table)
+            call = lambda cu=cu: paged(cu)  # noqa: E731
             try:
                 got = call()
             except Exception as e:  # a path this torch or device lacks is a finding, not a failure
