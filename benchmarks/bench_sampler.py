@@ -8,7 +8,10 @@ sampler makes is ~2% of that step. `--against` loads `ulorl/rollout/engines/torc
 (`git show`) and reports, per case, both timings and whether the two chose the same tokens with the same log-probs.
 
     python benchmarks/bench_sampler.py [--rows 64,256] [--vocab 448,49152,151936] [--against REV] [--device cpu]
-        [--dtype float32] [--repeats 5] [--out docs/bench_sampler.json]
+        [--dtype float32] [--repeats 5] [--fused] [--out docs/bench_sampler.json]
+
+`--fused` times the fused Triton sampler (`triton_sampler.py`, what the engine samples with on CUDA) beside it in the
+temperature-only setting; on CPU only under Triton's interpreter, where its time means nothing.
 """
 
 from __future__ import annotations
@@ -67,7 +70,9 @@ def time_sampler(sample_tokens, logits: torch.Tensor, params: SamplingParams, un
 
 
 def case(rows: int, vocab: int, setting: str, dev: torch.device, dtype: torch.dtype, repeats: int,
-         against: types.ModuleType | None) -> dict:
+         against: types.ModuleType | None, fused: bool = False) -> dict:
+    """One case; `fused`: also the fused Triton sampler (`triton_sampler.py`, temperature-only settings) on the same
+    logits and uniforms: its ms, and whether it chose `sample_tokens`' tokens."""
     g = torch.Generator().manual_seed(rows * 7 + vocab)
     logits = (torch.randn(rows, vocab, generator=g) * 3).to(dev, dtype)
     uniforms = current.row_uniforms(0, list(range(rows)), [5] * rows, dev)
@@ -80,6 +85,13 @@ def case(rows: int, vocab: int, setting: str, dev: torch.device, dtype: torch.dt
         r.update(against_ms=statistics.median(t_old), against_ms_passes=t_old,
                  speedup=statistics.median(t_old) / r["ms"],
                  same_tokens=bool(torch.equal(tok, tok_old)), same_logprobs=bool(torch.equal(lp, lp_old)))
+    if fused and not (params.greedy or params.top_k > 0 or params.top_p < 1.0):
+        from ulorl.rollout.engines.torch.triton_sampler import FusedSampler
+
+        t_f, (tok_f, lp_f) = time_sampler(FusedSampler(), logits, params, uniforms, repeats)
+        r.update(fused_ms=statistics.median(t_f), fused_ms_passes=t_f, fused_speedup=r["ms"] / statistics.median(t_f),
+                 fused_same_tokens=bool(torch.equal(tok, tok_f)),
+                 fused_max_abs_logprob_diff=float((lp - lp_f).abs().max()))
     return r
 
 
@@ -92,6 +104,8 @@ def main() -> int:
     p.add_argument("--device", default="cpu")
     p.add_argument("--dtype", default="float32", choices=["float32", "bfloat16"])
     p.add_argument("--repeats", type=int, default=5)
+    p.add_argument("--fused", action="store_true", help="also the fused Triton sampler (CUDA, or Triton's interpreter: "
+                   "TRITON_INTERPRET=1), temperature-only settings")
     p.add_argument("--out", default=None)
     args = p.parse_args()
     unknown = [s for s in args.settings.split(",") if s not in SETTINGS]
@@ -105,11 +119,13 @@ def main() -> int:
     for rows in map(int, args.rows.split(",")):
         for vocab in map(int, args.vocab.split(",")):
             for setting in args.settings.split(","):
-                r = case(rows, vocab, setting, dev, dtype, args.repeats, against)
+                r = case(rows, vocab, setting, dev, dtype, args.repeats, against, args.fused)
                 cases.append(r)
                 old = f", {args.against} {r['against_ms']:.2f} ms ({r['speedup']:.2f}x, same tokens " \
                       f"{r['same_tokens']})" if against else ""
-                print(f"{rows} x {vocab} {setting}: {r['ms']:.2f} ms{old}", file=sys.stderr, flush=True)
+                fused = f", fused {r['fused_ms']:.2f} ms (same tokens {r['fused_same_tokens']})" \
+                    if "fused_ms" in r else ""
+                print(f"{rows} x {vocab} {setting}: {r['ms']:.2f} ms{old}{fused}", file=sys.stderr, flush=True)
     return emit({"device": str(dev), "dtype": args.dtype, "against": args.against, "cases": cases,
                  "machine": machine(load)}, args.out)
 

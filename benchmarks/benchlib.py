@@ -63,7 +63,8 @@ def decoding_rows(engine, rows: int, ctx: int, max_new: int, params, eos: int):
     for `max_new` tokens. A step: `sched._sample(sched._decode())`."""
     cache, blocks = engine._pool_for(ctx + max_new)
     sched = engine.scheduler_cls(engine.runner, cache, blocks, engine.stats, [[1] * ctx for _ in range(rows)],
-                                 max_new, params, 0, [eos], rows, 1, None, 0, engine.table)
+                                 max_new, params, 0, [eos], rows, 1, None, 0, engine.table,
+                                 fused_sampler=engine.fused_sampler)
     for s in list(sched.waiting):
         s.blocks = blocks.allocate(blocks.blocks_for(ctx), s.index)
         s.cached, s.tokens, s.logprobs = ctx, [1], [0.0]

@@ -248,6 +248,16 @@ def engine_for(model, kv_gib: float, max_batch: int, attention: str | None = Non
                        attention_options=OPTIONS if options is None else options), eos
 
 
+def sampler_used(engine) -> str:
+    """What sampled an engine's steps: `sample_tokens`, or the fused kernel (its steps, or why it stopped)."""
+    fused = engine.fused_sampler
+    if fused is None:
+        return "sample_tokens"
+    if fused.failed:
+        return f"fused kernel failed, then sample_tokens: {fused.failed}"
+    return f"fused ({fused.calls} steps)"
+
+
 def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int, attention: str | None = None,
               graphs: bool = True, block_size: int | None = None, options: dict | None = None) -> dict:
     """ms per decode iteration of `rows` rows whose contexts are `ctx` tokens (set up in the pool, not prefilled)
@@ -271,7 +281,7 @@ def decode_ms(model, dev: torch.device, rows: int, ctx: int, iters: int, attenti
     mean_ctx = ctx + 2 + iters / 2
     kv_read = rows * mean_ctx * bpt
     path = {"decode_attention": eng.decode_attention.value, "graphs": eng.graph_mode.value,
-            "block_size": eng.block_size, "options": eng.attention_options,
+            "sampler": sampler_used(eng), "block_size": eng.block_size, "options": eng.attention_options,
             "graphs_captured": len(eng.table.graphs) if eng.table else 0,
             "fallbacks": eng.table.fallbacks if eng.table else []}
     del sched, eng
@@ -428,7 +438,8 @@ def segment_rollout(model, dev, m: int, L: int, groups: int, target: int) -> dic
     return {"M": m, "samples": done, "seconds": dt, "samples_per_s": done / dt, "decoded_tokens_per_s": decoded / dt,
             "rounds": rounds, "mean_len": sum(lengths) / len(lengths), "max_len": max(lengths),
             "preemptions": eng.stats.extra.get("preemptions", 0), "warm_up_s": warm_s,
-            "fallbacks": eng.table.fallbacks if eng.table else []}
+            "fallbacks": eng.table.fallbacks if eng.table else [], "sampler": sampler_used(eng),
+            "prefill_attention": eng.runner.prefill_attention.name}
 
 
 def main() -> int:
@@ -476,9 +487,11 @@ def main() -> int:
     # what a decode step pays besides the floor (recorded, never fatal: the decode figures come next)
     try:  # the sampler alone on the 0.5B shape's vocabulary
         res["sampler"] = [sampler_case(4 if q else 256, shapes["qwen2.5-0.5b"]["vocab_size"], setting, dev,
-                                       torch.bfloat16, 5, None) for setting in SAMPLER_SETTINGS]
-        print("sampler: " + ", ".join(f"{r['setting']} {r['ms']:.2f} ms" for r in res["sampler"]), file=sys.stderr,
-              flush=True)
+                                       torch.bfloat16, 5, None, fused=dev.type == "cuda")
+                          for setting in SAMPLER_SETTINGS]
+        print("sampler: " + ", ".join(f"{r['setting']} {r['ms']:.2f} ms" + (
+            f" (fused {r['fused_ms']:.3f} ms, same tokens {r['fused_same_tokens']})" if "fused_ms" in r else "")
+            for r in res["sampler"]), file=sys.stderr, flush=True)
         # the host's part of a step (the scheduler in Python, the copies into the graph's inputs, the sampler's
         # launches)
         res["host_step"] = [host_step_ms(dev, rows, 256 if q else 2048, 20 if q else 200)

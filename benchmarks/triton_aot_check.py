@@ -6,7 +6,8 @@ interpreter, which accepts programs the real compiler rejects and says nothing o
 This script compiles, through Triton's own CUDA backend and the ptxas it ships (`ulorl/rollout/engines/torch/
 triton_aot.py`), the launches of every `triton` path of `gpu_paged_check.py` (`VARIANT_NAMES`) for both model
 shapes (`SHAPES`, bfloat16) at 256 and 64 rows (slices per row as `auto_splits` picks them on an H200's 132 SMs,
-unless the path fixes them), and of `gpu_engine_check.py`'s float32 contract model; it reports each kernel's
+unless the path fixes them), of `gpu_engine_check.py`'s float32 contract model, and the fused sampler
+(`triton_sampler.py`) for 256 rows of the 0.5B shape's vocabulary in bfloat16 and float32; it reports each kernel's
 dynamic shared memory against the architecture's limit, registers and local memory (spills) per thread. It times
 nothing: run time needs the GPU.
 
@@ -32,7 +33,7 @@ from gpu_paged_check import SHAPES, VARIANT_NAMES  # noqa: E402
 from ulorl.plan.memory import ModelShape  # noqa: E402
 from ulorl.rollout.engines.torch.engine import BLOCK_SIZES  # noqa: E402
 from ulorl.rollout.engines.torch.table_attention import auto_splits  # noqa: E402
-from ulorl.rollout.engines.torch.triton_aot import compile_decode  # noqa: E402
+from ulorl.rollout.engines.torch.triton_aot import compile_decode, compile_sample  # noqa: E402
 
 H200_SMS = 132
 CONTEXT = 8192  # the tables' width: the decode paths' point, 8k tokens
@@ -77,6 +78,13 @@ def main() -> int:
         print(f"{b['path']:<36} {b['shape']:<13} {b['rows']:>3} rows S={b['splits']:<2} "
               + "  ".join(f"{k.kernel}: {k.shared_bytes / 1024:.0f} KiB shared, {k.registers} regs, "
                           f"{k.local_bytes} B spilled" for k in kernels), file=sys.stderr)
+    for dtype in (torch.bfloat16, torch.float32):  # the fused sampler at the 0.5B shape's vocabulary
+        kernels = compile_sample(dtype, 256, SHAPES["qwen2.5-0.5b"]["vocab_size"], args.arch)
+        rows.append({"path": "fused sampler", "shape": "qwen2.5-0.5b", "rows": 256, "dtype": str(dtype)[6:],
+                     "vocab": SHAPES["qwen2.5-0.5b"]["vocab_size"], "kernels": [k.as_dict() for k in kernels]})
+        print(f"{'fused sampler':<36} {str(dtype)[6:]:<13} 256 rows      " + "  ".join(
+            f"{k.kernel}: {k.shared_bytes / 1024:.0f} KiB shared, {k.registers} regs, {k.local_bytes} B spilled"
+            for k in kernels), file=sys.stderr)
     kernels = [k for r in rows for k in r["kernels"]]
     result = {"benchmark": "triton_aot_check", "arch": args.arch, "triton": triton.__version__,
               "machine": machine(), "compile_s": round(time.perf_counter() - t0, 1), "builds": rows,

@@ -44,6 +44,7 @@ class TorchEngineConfig:
     # PrefillAttention: auto (varlen on CUDA in float16 / bfloat16, else sdpa) | sdpa | varlen (torch's varlen_attn)
     prefill_attention: str = "auto"
     cuda_graphs: bool = True  # CUDA, flex/triton/gather: capture each padded decode shape once as a CUDA graph
+    fused_sampler: bool = True  # CUDA: temperature sampling (no top-k / top-p) in one Triton kernel (triton_sampler.py)
     block_size: int | None = None  # tokens per KV block; None: 32 on CPU, 64 on CUDA
     # CPU: engine processes, one torch thread each; every call's rows are split between them (torch/processes.py)
     procs: int = 1

@@ -7,7 +7,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from ulorl.models import load_model
 from ulorl.rollout.engines import SamplingParams, TorchEngine
 from ulorl.rollout.engines.torch.attention import build_decode_plan, paged_decode_attention
 from ulorl.rollout.engines.torch.block_manager import FREE, BlockManager
@@ -152,13 +151,6 @@ def test_preempted_and_continued_rows_match_the_learner(fresh):
         segs = [(o.tokens, o.logprobs)] + ([] if o.eos else [(lambda o2: (o2.tokens, o2.logprobs))(next(second))])
         learner, engine = _learner_logprobs(model, tok, p, segs)
         assert torch.allclose(learner, engine, atol=1e-5, rtol=0), (learner - engine).abs().max()
-
-
-@pytest.fixture(scope="module")
-def fresh(tiny_model_dir):
-    from ulorl.models import load_tokenizer
-
-    return load_tokenizer(str(tiny_model_dir)), load_model(str(tiny_model_dir))
 
 
 def test_a_groups_prompt_is_prefilled_once_and_shared(shaken):

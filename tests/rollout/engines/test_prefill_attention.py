@@ -17,7 +17,6 @@ import pytest
 import torch
 
 from ulorl.config import ConfigError, load_run_config
-from ulorl.models import load_model, load_tokenizer
 from ulorl.rollout.engines import SamplingParams, TorchEngine
 from ulorl.rollout.engines.registry import build_engine
 from ulorl.rollout.engines.torch.prefill_attention import (SDPAPrefill, VarlenPrefill, prefill_backend,
@@ -130,11 +129,6 @@ def test_the_backend_is_chosen_by_device_dtype_and_a_probe():
             assert isinstance(prefill_backend("auto", cpu, torch.float32, 4, 2, 16, fn=fn), SDPAPrefill)
         with pytest.raises(ValueError, match=f"varlen cannot run here: its probe call failed: .*{why}"):
             prefill_backend("varlen", cpu, torch.float32, 4, 2, 16, fn=fn)
-
-
-@pytest.fixture(scope="module")
-def fresh(tiny_model_dir):
-    return load_tokenizer(str(tiny_model_dir)), load_model(str(tiny_model_dir))
 
 
 @pytest.mark.parametrize("release", ["2.11", "2.13"])

@@ -25,7 +25,7 @@ from ulorl.rollout.engines import SamplingParams, TorchEngine
 from ulorl.rollout.engines.torch.graph_decoder import GraphMode, batch_buckets, bucket, width_bucket
 from ulorl.rollout.engines.torch.table_attention import table_backend
 
-from tests.rollout.engines.test_paged_cache import _gib, fresh, shaken  # noqa: F401 (fixtures)
+from tests.rollout.engines.test_paged_cache import _gib, shaken  # noqa: F401 (a fixture)
 from tests.rollout.engines.test_torch import _prefixes, two_segments_match_the_learner
 
 needs_triton = pytest.mark.skipif(importlib.util.find_spec("triton") is None, reason="triton is not installed")

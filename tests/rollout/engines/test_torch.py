@@ -24,12 +24,6 @@ from ulorl.trajectory import Trajectory
 T = 0.7
 
 
-@pytest.fixture(scope="module")
-def fresh(tiny_model_dir):
-    """The built-in model as created (logits of a realistic scale)."""
-    return load_tokenizer(str(tiny_model_dir)), load_model(str(tiny_model_dir))
-
-
 def shaken_model(model_dir):
     """The built-in model with its weights shaken (seeded): the fresh model's greedy output repeats one token,
     this one's depends on the whole context, so a wrong K/V anywhere changes the tokens."""

@@ -1,4 +1,5 @@
-"""The Triton decode kernel compiled for sm_90 (H100 / H200) here, without a GPU (`triton_aot.py`).
+"""Our Triton kernels (decode attention, the fused sampler) compiled for sm_90 (H100 / H200) here, without a GPU
+(`triton_aot.py`).
 
 The kernel's other tests run it under Triton's interpreter (`tests/conftest.py` turns it on for this whole
 process), which runs programs the real compiler would reject; the compile itself runs in a child process with the
@@ -34,8 +35,8 @@ def _compiled_mode_env(tmp_path: Path) -> dict:
 @needs_triton
 def test_every_gpu_check_launch_compiles_for_sm90_and_fits(tmp_path):
     """Every launch `benchmarks/gpu_paged_check.py` makes through the triton path (each of its settings, both model
-    shapes, 256 and 64 rows) and gpu_engine_check's float32 one compile for sm_90; the shared memory each asks
-    fits an H200's 227 KiB per block, and none spills registers."""
+    shapes, 256 and 64 rows), gpu_engine_check's float32 one and the fused sampler's compile for sm_90; the shared
+    memory each asks fits an H200's 227 KiB per block, and none spills registers."""
     out = tmp_path / "aot.json"
     run = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "triton_aot_check.py"), "--out", str(out)],
                          cwd=ROOT, env=_compiled_mode_env(tmp_path), capture_output=True, text=True, timeout=600)
@@ -51,8 +52,11 @@ def test_every_gpu_check_launch_compiles_for_sm90_and_fits(tmp_path):
     got = {(b["path"], b["shape"], b["rows"]) for b in result["builds"]}
     assert wanted <= got and len(wanted) >= 8
     assert any(b["dtype"] == "float32" for b in result["builds"])
+    sampler = [b for b in result["builds"] if b["path"] == "fused sampler"]
+    assert sorted(b["dtype"] for b in sampler) == ["bfloat16", "float32"]
+    assert all([k["kernel"] for k in b["kernels"]] == ["_sample_kernel"] for b in sampler)
     for b in result["builds"]:
-        assert [k["kernel"] for k in b["kernels"]] == ["_slice_kernel", "_merge_kernel"]
+        assert b in sampler or [k["kernel"] for k in b["kernels"]] == ["_slice_kernel", "_merge_kernel"]
         for k in b["kernels"]:
             assert k["arch"] == 90 and k["shared_limit"] == 232448
             assert k["fits"] and k["shared_bytes"] <= 232448, (b["path"], b["shape"], k)

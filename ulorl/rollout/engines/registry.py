@@ -55,7 +55,8 @@ def _torch(model, tokenizer, eos_ids: list[int], **kw) -> Engine:
         child_kw = {k: kw[k] for k in ("max_batch", "kv_cache_gib", "dtype") if k in kw}
         return ProcessEngine(model, eos_ids, opts.procs, torch=replace(opts, procs=1), **child_kw)
     extra = {} if opts is None else dict(decode_attention=opts.decode_attention, cuda_graphs=opts.cuda_graphs,
-                                         block_size=opts.block_size, prefill_attention=opts.prefill_attention)
+                                         block_size=opts.block_size, prefill_attention=opts.prefill_attention,
+                                         fused_sampler=opts.fused_sampler)
     return TorchEngine(model, eos_ids, max_batch=kw.get("max_batch", 256), kv_cache_gib=kw.get("kv_cache_gib", 4.0),
                        dtype=None if dtype in (None, "auto") else getattr(torch, dtype), **extra)
 

@@ -14,7 +14,8 @@ modules. One role per file, as in nano-vllm's engine/:
 - `table_attention.py` and `graph_decoder.py`: the same decode with fixed shapes over padded block tables
   (flex_attention, our Triton kernel `triton_decode.py`, or a gather), captured as CUDA graphs per batch bucket
   and replayed (the CUDA default);
-- `sampler.py`: temperature / top-k / top-p with one random stream per row;
+- `sampler.py`: temperature / top-k / top-p with one random stream per row; on CUDA, temperature sampling in one
+  Triton kernel (`triton_sampler.py`);
 - `kept_rows.py`: with `generate(..., keep=True)`, the K/V of rows stopped at `max_new_tokens`, kept for the next
   call that continues them under the same weights (segment rollout's rounds within a step).
 
@@ -61,6 +62,16 @@ BLOCK_SIZES = {"cpu": 32, "cuda": 64}
 RUN_MIN_BLOCKS = {"cpu": 8}
 
 
+def _fused_sampler():
+    """A `triton_sampler.FusedSampler`, or None where Triton is not installed (with a line in the run's log)."""
+    try:
+        from ulorl.rollout.engines.torch.triton_sampler import FusedSampler
+    except ImportError as e:
+        log.info(f"torch engine: no fused sampler ({e}); sampling with sampler.sample_tokens")
+        return None
+    return FusedSampler()
+
+
 class TorchEngine:
     """Continuous-batching engine over a Llama-family transformers model."""
 
@@ -71,11 +82,12 @@ class TorchEngine:
     def __init__(self, model, eos_ids: list[int], max_batch: int = 256, kv_cache_gib: float = 4.0,
                  prefill_tokens: int = 16384, block_size: int | None = None, dtype: torch.dtype | None = None,
                  decode_attention: str = "auto", cuda_graphs: bool = True, attention_options: dict | None = None,
-                 prefill_attention: str = "auto") -> None:
+                 prefill_attention: str = "auto", fused_sampler: bool = True) -> None:
         """`attention_options`: options of the table decode path in use (`table_attention.FlexAttention`:
         `kernel_options`, `full_blocks`; `TritonAttention`: `splits`, `num_warps`, `num_stages`), for tuning on a
         GPU (`benchmarks/gpu_paged_check.py` compares them). `prefill_attention`: a `PrefillAttention` value
-        (`prefill_attention.py`)."""
+        (`prefill_attention.py`). `fused_sampler`: on CUDA, temperature sampling through one Triton kernel
+        (`triton_sampler.py`) instead of `sampler.sample_tokens`."""
         if not eos_ids:
             raise ValueError("the torch engine needs at least one EOS token id")
         if max_batch < 1 or prefill_tokens < 1 or not kv_cache_gib > 0 or (block_size is not None and block_size < 1):
@@ -102,6 +114,7 @@ class TorchEngine:
                              f"for tests). On CPU use split_k, the fast path there")
         r = self.runner
         r.prefill_attention = prefill_backend(prefill_attention, r.device, r.dtype, r.num_heads, r.num_kv, r.head_dim)
+        self.fused_sampler = _fused_sampler() if fused_sampler and dev == "cuda" else None
         # CUDA graphs replay fixed-shape steps: the table backends only, on CUDA only
         self.graph_mode = GraphMode.CUDA if cuda_graphs and dev == "cuda" else GraphMode.OFF
         self.stats = EngineStats()
@@ -189,7 +202,8 @@ class TorchEngine:
             scheduler = self.scheduler_cls(self.runner, cache, blocks, self.stats, prefixes, max_new_tokens, params,
                                            seed, self.eos_ids, self.max_batch, self.prefill_tokens, progress,
                                            0 if self.table else RUN_MIN_BLOCKS.get(self.runner.device.type, 0),
-                                           self.table, self.kept, keep, weights_version(self.model), streams)
+                                           self.table, self.kept, keep, weights_version(self.model), streams,
+                                           self.fused_sampler)
             return scheduler.run()
         finally:
             self.model.train(was_training)

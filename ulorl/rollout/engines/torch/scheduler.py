@@ -71,8 +71,9 @@ class Scheduler:
                  max_new: int, params: SamplingParams, seed: int, eos_ids: list[int], max_batch: int,
                  prefill_tokens: int, progress: Callable[[int], None] | None = None, run_min_blocks: int = 0,
                  table: TableDecoder | None = None, kept: KeptRows | None = None, keep: bool = False,
-                 version: tuple[int, ...] = (), streams: list[int] | None = None) -> None:
+                 version: tuple[int, ...] = (), streams: list[int] | None = None, fused_sampler=None) -> None:
         self.runner, self.cache, self.blocks, self.stats = runner, cache, blocks, stats
+        self.fused_sampler = fused_sampler  # `triton_sampler.FusedSampler` (CUDA) or None: `sample_tokens` only
         self.params, self.seed, self.eos = params, seed, set(eos_ids)
         self.max_batch, self.prefill_tokens, self.progress = max_batch, prefill_tokens, progress
         self.run_min_blocks = run_min_blocks  # a fresh prefill's consecutive full blocks read as one view (0: never)
@@ -138,7 +139,8 @@ class Scheduler:
         """Sample one token per running row (one host synchronisation for the whole batch)."""
         uniforms = None if self.params.greedy else row_uniforms(
             self.seed, [s.stream for s in self.running], [len(s.tokens) for s in self.running], logits.device)
-        tok, lp = sample_tokens(logits, self.params, uniforms)
+        fused = self.fused_sampler(logits, self.params, uniforms) if self.fused_sampler is not None else None
+        tok, lp = fused if fused is not None else sample_tokens(logits, self.params, uniforms)
         eos = self.eos
         for s, t, p in zip(self.running, tok.tolist(), lp.tolist()):  # the first `tolist` is the synchronisation
             s.tokens.append(t)

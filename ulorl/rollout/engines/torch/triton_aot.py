@@ -1,8 +1,10 @@
-"""The Triton decode kernels compiled ahead of time for a CUDA architecture, on a machine without a GPU.
+"""Our Triton kernels (decode attention, the fused sampler) compiled ahead of time for a CUDA architecture, on a
+machine without a GPU.
 
 Triton ships NVIDIA's assembler (ptxas) and cuobjdump with its CUDA backend, so the whole compile (Triton IR ->
 PTX -> cubin) runs anywhere. `compile_decode` builds the launches `triton_decode.paged_decode` would make for
-given shapes (`decode_launches`, the same function), specialises their arguments as Triton's JIT does at launch
+given shapes (`decode_launches`, the same function), `compile_sample` the fused sampler's
+(`triton_sampler.sample_launch`), specialises their arguments as Triton's JIT does at launch
 (argument types, 16-byte alignment and divisibility hints, integers equal to 1 as constants), compiles them for
 `arch` and reads back what a launch would check or cost:
 
@@ -130,3 +132,14 @@ def compile_decode(dtype: torch.dtype, kv_heads: int, group: int, head_dim: int,
     launches, _ = decode_launches(q, k_tokens, torch.zeros_like(k_tokens), table, ctx, block_size, head_dim ** -0.5,
                                   splits, num_warps, num_stages)
     return [compile_launch(launch, arch) for launch in launches]
+
+
+def compile_sample(dtype: torch.dtype, rows: int = 256, vocab: int = 151936, arch: int = 90) -> list[KernelBuild]:
+    """The fused sampler's kernel (`triton_sampler.sample_launch`) for `rows` rows of `vocab` logits in `dtype`."""
+    from types import SimpleNamespace
+
+    from ulorl.rollout.engines.torch.triton_sampler import sample_launch
+
+    kernel, grid, args, kwargs, _, _ = sample_launch(torch.zeros(rows, vocab, dtype=dtype), 0.85,
+                                                    torch.zeros(rows, dtype=torch.float64))
+    return [compile_launch(SimpleNamespace(kernel=kernel, grid=grid, args=args, kwargs=kwargs), arch)]

@@ -22,9 +22,8 @@ table and lengths are read on the device, nothing is synchronised with the host.
 Runs on CUDA. On CPU, Triton's interpreter (`TRITON_INTERPRET=1` set before this module is imported) runs the
 same kernels one program at a time, slowly: that is how the tests check them here. The interpreter's bfloat16
 `tl.dot` is wrong in Triton 3.6, so under it the tiles are cast to float32 before the products (`DOT_F32`); the
-bfloat16 products themselves run only on a GPU (`benchmarks/gpu_paged_check.py`). Triton 3.6's interpreter also
-turns a loop bound into a Python int with `int()` of a one-element array, which NumPy 2.4 refuses; under the
-interpreter this module wraps that conversion (`_interpreter_loop_bounds`).
+bfloat16 products themselves run only on a GPU (`benchmarks/gpu_paged_check.py`); `triton_interpreter.py` mends
+the interpreter's loop bounds under NumPy 2.4.
 
 Without a GPU, `triton_aot.py` compiles the real (not interpreted) kernels for a CUDA architecture through
 Triton's CUDA backend and reports their shared memory, registers and spills (`benchmarks/triton_aot_check.py`).
@@ -39,36 +38,12 @@ import triton
 import triton.language as tl
 
 from ulorl.rollout.engines.torch.table_attention import triton_interpreting
+from ulorl.rollout.engines.torch.triton_interpreter import patch_interpreter
 
 INTERPRETING = triton_interpreting()
+patch_interpreter()
 
 
-def _interpreter_loop_bounds() -> None:
-    """Under Triton's interpreter, every scalar is a one-element array and `range(lo, hi)` over scalars calls
-    `int(array)`, an error since NumPy 2.4: convert through the array's single item instead. Triton 3.6 and later
-    set the interpreter's tensor attributes through a scope (undone after the launch), 3.5 on the class itself."""
-    from triton.runtime import interpreter
-
-    patch = getattr(interpreter, "_patch_lang_tensor", None)
-    if patch is None or getattr(patch, "_ulorl_wrapped", False):
-        return
-
-    def index(self) -> int:
-        return int(self.handle.data.reshape(-1)[0])
-
-    def patched(tensor, *scope) -> None:
-        patch(tensor, *scope)
-        if scope:
-            scope[0].set_attr(tensor, "__index__", index)
-        else:
-            tensor.__index__ = index
-
-    patched._ulorl_wrapped = True
-    interpreter._patch_lang_tensor = patched
-
-
-if INTERPRETING:
-    _interpreter_loop_bounds()
 
 
 @triton.jit
