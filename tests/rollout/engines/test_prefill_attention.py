@@ -181,3 +181,26 @@ def test_the_gpu_checks_prefill_part_compares_both_backends(monkeypatch):
     for c in r["cases"]:
         assert c["sdpa_ms"] > 0 and c["varlen_ms"] > 0 and c["speedup"] > 0
         assert c["max_abs_logit_diff"] < 1e-4 and c["argmax_agree"] == 1.0
+
+
+def test_a_varlen_prefill_dispatches_as_many_operations_for_one_sequence_as_for_many():
+    """What `benchmarks/prefill_ops.py` counts for docs/benchmarks.md: with varlen the prefill's operations do not
+    grow with the number of sequences (one attention call per layer), with per-length SDPA they do."""
+    benchmarks = str(Path(__file__).resolve().parents[3] / "benchmarks")
+    sys.path.insert(0, benchmarks)
+    try:
+        import gpu_paged_check as check
+        import prefill_ops
+    finally:
+        sys.path.remove(benchmarks)
+    model = check.build_model(check.QUICK["qwen2.5-0.5b"], torch.device("cpu"), torch.float32)
+    eng, _ = check.engine_for(model, 0.05, 8, "split_k", False)
+    cache, blocks = eng._pool_for(200)
+    one, many = [120], [8 + 3 * i for i in range(16)]  # 16 distinct lengths
+    varlen = VarlenPrefill(prefill_ops.varlen_stand_in)
+    assert prefill_ops.count(eng.runner, cache, blocks, many, varlen) == \
+        prefill_ops.count(eng.runner, cache, blocks, one, varlen)
+    sdpa_one = prefill_ops.count(eng.runner, cache, blocks, one, SDPAPrefill())["non_view_ops"]
+    sdpa_many = prefill_ops.count(eng.runner, cache, blocks, many, SDPAPrefill())["non_view_ops"]
+    layers = check.QUICK["qwen2.5-0.5b"]["num_hidden_layers"]
+    assert sdpa_many - sdpa_one >= 15 * layers * 5  # ~8 kernels per further length per layer
