@@ -186,14 +186,16 @@ def attention_paths(dev: torch.device, rows: int, ctx: int, page: int = 256) -> 
         errors = []
         out["paged_call"] = "varlen_attn" if wrapper else "aten._flash_attention_forward"
 
-        def paged(cu):
+        def paged(cu, kpool, vpool):
             if wrapper:
-                return varlen_attn(q, kp, vp, cu_q, cu, 1, ctx, enable_gqa=True, seqused_k=used, block_table=table)
-            return torch.ops.aten._flash_attention_forward(q, kp, vp, cu_q, cu, 1, ctx, 0.0, False, False,
+                return varlen_attn(q, kpool, vpool, cu_q, cu, 1, ctx, enable_gqa=True, seqused_k=used,
+                                   block_table=table)
+            return torch.ops.aten._flash_attention_forward(q, kpool, vpool, cu_q, cu, 1, ctx, 0.0, False, False,
                                                            seqused_k=used, block_table=table)[0]
 
+        works = None
         for cu in (cu_k, None):  # cu_seq_k is optional with a block table in later torch versions
-            call = lambda cu=cu: paged(cu)  # noqa: E731
+            call = lambda cu=cu: paged(cu, kp, vp)  # noqa: E731
             try:
                 got = call()
             except Exception as e:  # a path this torch or device lacks is a finding, not a failure
@@ -201,9 +203,19 @@ def attention_paths(dev: torch.device, rows: int, ctx: int, page: int = 256) -> 
                 continue
             out["varlen_paged_ms"] = timed(call)
             out["varlen_paged_max_abs_err"] = float((got.float() - expect.float()).abs().max())
+            works = cu
             break
         if errors:
             out["varlen_paged_errors"] = errors
+        if "varlen_paged_ms" in out:  # the torch engine's pool layout, (KV heads, tokens, D), as a strided view
+            kh = kp.permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3)  # same values, heads outermost in memory
+            vh = vp.permute(2, 0, 1, 3).contiguous().permute(1, 2, 0, 3)
+            try:
+                got = paged(works, kh, vh)
+                out["varlen_paged_heads_major_ms"] = timed(lambda: paged(works, kh, vh))
+                out["varlen_paged_heads_major_max_abs_err"] = float((got.float() - expect.float()).abs().max())
+            except Exception as e:
+                out["varlen_paged_heads_major_error"] = f"{type(e).__name__}: {str(e)[:300]}"
     return out
 
 

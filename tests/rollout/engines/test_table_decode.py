@@ -264,3 +264,41 @@ def test_triton_off_cuda_needs_the_interpreter(fresh, monkeypatch):
         TorchEngine(fresh[1], [0], decode_attention="triton")
     with pytest.raises(ValueError, match="splits=0 must be >= 1"):  # checked before triton is imported
         table_backend("triton", options={"splits": 0})
+
+
+def test_the_gpu_checks_probe_of_flash_paged_decode_reads_both_pool_layouts(monkeypatch):
+    """`gpu_paged_check.attention_paths`' paged-kernel probe, first run here: torch's `varlen_attn` replaced by a
+    stand-in with its documented paged semantics (a row's pages from `block_table`, its first `seqused_k` tokens,
+    any strides), so the probe's calls, its comparison with SDPA and its second, heads-major pool layout (the torch
+    engine's) run before a GPU sees them."""
+    import sys
+    from pathlib import Path
+
+    import torch.nn.attention.varlen as varlen_module
+
+    def paged_varlen(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None,
+                     window_size=(-1, -1), enable_gqa=False, seqused_k=None, block_table=None, num_splits=None):
+        rows, hq, d = query.shape
+        group = hq // key.shape[2]
+        out = torch.empty_like(query)
+        for b in range(rows):
+            k = key[block_table[b].long()].reshape(-1, key.shape[2], d)[: int(seqused_k[b])]  # (ctx, H_kv, D)
+            v = value[block_table[b].long()].reshape(-1, key.shape[2], d)[: int(seqused_k[b])]
+            kq = k.repeat_interleave(group, dim=1).transpose(0, 1).float()  # (H, ctx, D)
+            vq = v.repeat_interleave(group, dim=1).transpose(0, 1).float()
+            p = torch.softmax((query[b].float()[:, None, :] @ kq.transpose(1, 2))[:, 0] * (scale or d ** -0.5), -1)
+            out[b] = (p[:, None, :] @ vq)[:, 0].to(query.dtype)
+        return out
+
+    monkeypatch.setattr(varlen_module, "varlen_attn", paged_varlen)
+    benchmarks = str(Path(__file__).resolve().parents[3] / "benchmarks")
+    sys.path.insert(0, benchmarks)
+    try:
+        import gpu_paged_check as check
+    finally:
+        sys.path.remove(benchmarks)
+    r = check.attention_paths(torch.device("cpu"), 4, 512)
+    assert r["varlen_attn"]["block_table"] and r["paged_call"] == "varlen_attn"
+    assert "varlen_paged_errors" not in r and "varlen_paged_heads_major_error" not in r, r
+    assert r["varlen_paged_ms"] > 0 and r["varlen_paged_heads_major_ms"] > 0
+    assert r["varlen_paged_max_abs_err"] < 0.02 and r["varlen_paged_heads_major_max_abs_err"] < 0.02
