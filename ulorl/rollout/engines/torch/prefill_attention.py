@@ -11,7 +11,7 @@ layer, with a layout of the stream computed once per prefill (`layout`), read by
   attention's variable-length kernel over the whole stream with the sequences' offsets (`cu_seq`), GQA read
   natively (no repeated K/V). CUDA only, in float16 / bfloat16 (flash attention has no float32 kernel), head sizes
   that are multiples of 8 up to 256. A prefill of S sequences of distinct lengths is then one launch per layer
-  instead of S calls of ~8 kernels each (gathers, repeats for GQA, SDPA, scatter; `benchmarks/prefill_ops.py`),
+  instead of S calls of ~7 kernels each (gathers, repeats for GQA, SDPA, scatter; `benchmarks/prefill_ops.py`),
   which matters when a round re-prefills many continued samples or prefills many short prompts.
 
 `varlen_attn`'s keywords changed between torch releases: 2.10 took `is_causal`, 2.11 `window_size=(-1, 0)` for
