@@ -95,3 +95,19 @@ def test_an_engine_sampling_through_the_kernel_gives_the_same_generations(fresh)
     assert max(abs(x - y) for oa, ob in zip(a, b) for x, y in zip(oa.logprobs, ob.logprobs)) < 1e-5
     assert fused.fused_sampler.calls >= 24
     assert two_segments_match_the_learner(fused, model, tok, _prefixes(7), params) >= 7 * 13
+
+
+def test_an_engines_warm_up_compiles_the_kernel_before_its_first_step(fresh, monkeypatch):
+    """`TorchEngine.warm_up` (what `reserve` runs at a run's start) sends one row of the model's vocabulary and
+    dtype through the kernel, so that a timed rollout's first step compiles nothing; it is not counted as a step."""
+    import ulorl.rollout.engines.torch.triton_sampler as module
+
+    tok, model = fresh
+    eng = TorchEngine(model, [tok.eos_token_id], max_batch=3, block_size=4)
+    eng.fused_sampler = FusedSampler()
+    seen = []
+    real = module.fused_sample
+    monkeypatch.setattr(module, "fused_sample", lambda logits, *a: seen.append(logits.shape) or real(logits, *a))
+    eng.warm_up(64)
+    assert seen == [(1, model.lm_head.out_features)] and eng.fused_sampler.calls == 0
+    assert eng.fused_sampler.failed is None

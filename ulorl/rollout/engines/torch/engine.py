@@ -137,7 +137,8 @@ class TorchEngine:
         grow, and more rows than fit at once wait or are preempted."""
         del slots
         self._pool_for(capacity)
-        if self.graph_mode is GraphMode.CUDA:  # compile and capture every batch bucket now, not mid-rollout
+        # compile (and capture every batch bucket) now, not mid-rollout
+        if self.graph_mode is GraphMode.CUDA or self.fused_sampler is not None:
             t0 = time.perf_counter()
             if n := self.warm_up(capacity):
                 log.info(f"torch engine: {n} decode shapes (batch buckets up to {self.max_batch} rows) compiled and "
@@ -145,9 +146,12 @@ class TorchEngine:
 
     @torch.no_grad()
     def warm_up(self, capacity: int, progress: Callable[[int, int], None] | None = None) -> int:
-        """Run every batch bucket's fixed-shape decode step once (compiled kernels, captured graphs) for calls of up
-        to `capacity` tokens per row; nothing on the split-K path. Returns the number of buckets run."""
+        """Compile the fused sampler's kernel (CUDA), and run every batch bucket's fixed-shape decode step once
+        (compiled kernels, captured graphs) for calls of up to `capacity` tokens per row (none on the split-K path).
+        Returns the number of buckets run."""
         _, blocks = self._pool_for(capacity)
+        if self.fused_sampler is not None:
+            self.fused_sampler.warm_up(self.model.lm_head.out_features, self.dtype, self.runner.device)
         if self.table is None:
             return 0
         was_training = self.model.training

@@ -129,3 +129,11 @@ class FusedSampler:
             warnings.warn(f"torch engine: the fused Triton sampler failed ({self.failed}); sampling with "
                           f"sampler.sample_tokens from now on", stacklevel=2)
             return None
+
+    def warm_up(self, vocab: int, dtype: torch.dtype, device: torch.device) -> None:
+        """Compile the kernel for logits of `vocab` tokens in `dtype` (one call on one row, not counted in `calls`),
+        so that the first step of a timed or long call pays no compilation; a failure falls back as in a step."""
+        calls = self.calls
+        self(torch.zeros(1, vocab, dtype=dtype, device=device), SamplingParams(),
+             torch.zeros(1, dtype=torch.float64, device=device))
+        self.calls = calls
