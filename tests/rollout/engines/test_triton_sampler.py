@@ -98,8 +98,9 @@ def test_an_engine_sampling_through_the_kernel_gives_the_same_generations(fresh)
 
 
 def test_an_engines_warm_up_compiles_the_kernel_before_its_first_step(fresh, monkeypatch):
-    """`TorchEngine.warm_up` (what `reserve` runs at a run's start) sends one row of the model's vocabulary and
-    dtype through the kernel, so that a timed rollout's first step compiles nothing; it is not counted as a step."""
+    """`TorchEngine.warm_up` (what `reserve` runs at a run's start) sends four rows of the model's vocabulary and
+    dtype through the kernel and checks them against `sample_tokens`, so that a timed rollout's first step compiles
+    nothing and a kernel that draws wrongly on this device is never used; it is not counted as a step."""
     import ulorl.rollout.engines.torch.triton_sampler as module
 
     tok, model = fresh
@@ -109,5 +110,11 @@ def test_an_engines_warm_up_compiles_the_kernel_before_its_first_step(fresh, mon
     real = module.fused_sample
     monkeypatch.setattr(module, "fused_sample", lambda logits, *a: seen.append(logits.shape) or real(logits, *a))
     eng.warm_up(64)
-    assert seen == [(1, model.lm_head.out_features)] and eng.fused_sampler.calls == 0
+    assert seen == [(4, model.lm_head.out_features)] and eng.fused_sampler.calls == 0
     assert eng.fused_sampler.failed is None
+    # a kernel that runs but draws wrongly (here: always the most likely token) is caught there and turned off
+    monkeypatch.setattr(module, "fused_sample", lambda logits, t, u: (logits.argmax(-1), real(logits, t, u)[1]))
+    wrong = FusedSampler()
+    with pytest.warns(UserWarning, match="fused Triton sampler is off .*its check at warm-up chose tokens"):
+        wrong.warm_up(model.lm_head.out_features, torch.float32, torch.device("cpu"))
+    assert wrong.failed and wrong(torch.randn(2, 5), SamplingParams(), torch.zeros(2, dtype=torch.float64)) is None

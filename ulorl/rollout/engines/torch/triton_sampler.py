@@ -21,7 +21,8 @@ between two tokens (a relative 1e-7 event at most), and the log-prob by ~1e-7 (t
 more accurate than a float32 sum's). Greedy, top-k and top-p sampling (evaluation) keep `sample_tokens`.
 
 Runs on CUDA; on CPU only under Triton's interpreter (the tests). `FusedSampler` holds the choice for an engine:
-its first call that fails (no Triton, a compile error) falls back to `sample_tokens` for good, with a warning.
+its warm-up compiles the kernel and checks it against `sample_tokens` on four rows, and a call that fails (no
+Triton, a compile error) or a failed check turns it off for good, with a warning: `sample_tokens` from then on.
 """
 
 from __future__ import annotations
@@ -131,9 +132,23 @@ class FusedSampler:
             return None
 
     def warm_up(self, vocab: int, dtype: torch.dtype, device: torch.device) -> None:
-        """Compile the kernel for logits of `vocab` tokens in `dtype` (one call on one row, not counted in `calls`),
-        so that the first step of a timed or long call pays no compilation; a failure falls back as in a step."""
-        calls = self.calls
-        self(torch.zeros(1, vocab, dtype=dtype, device=device), SamplingParams(),
-             torch.zeros(1, dtype=torch.float64, device=device))
+        """Compile the kernel for logits of `vocab` tokens in `dtype` and check it: four rows of random logits with
+        fixed uniforms must give `sample_tokens`' tokens and log-probs (within 1e-4), or the engine samples with
+        `sample_tokens` from now on, after a warning. Not counted in `calls`; the first step of a timed or long call
+        then pays no compilation."""
+        from ulorl.rollout.engines.torch.sampler import sample_tokens
+
+        gen = torch.Generator(device="cpu").manual_seed(0)
+        logits = (torch.randn(4, vocab, generator=gen) * 3).to(device, dtype)
+        uniforms = torch.tensor([0.1, 0.4, 0.7, 0.95], dtype=torch.float64, device=device)
+        params, calls = SamplingParams(temperature=1.0), self.calls
+        got = self(logits, params, uniforms)
         self.calls = calls
+        if got is None:  # the call failed (warned)
+            return
+        want = sample_tokens(logits, params, uniforms)
+        if not (torch.equal(got[0], want[0]) and torch.allclose(got[1], want[1], atol=1e-4, rtol=0)):
+            self.failed = (f"its check at warm-up chose tokens {got[0].tolist()} with log-probs {got[1].tolist()}, "
+                           f"sample_tokens {want[0].tolist()} with {want[1].tolist()}")
+            warnings.warn(f"torch engine: the fused Triton sampler is off ({self.failed}); sampling with "
+                          f"sampler.sample_tokens", stacklevel=2)
