@@ -201,3 +201,23 @@ def test_an_unsupported_architecture_gets_a_clear_error():
     model = GPT2LMHeadModel(GPT2Config(n_layer=1, n_head=2, n_embd=16, vocab_size=50, n_positions=32))
     with pytest.raises(UnsupportedModelError, match="rollout.engine=hf"):
         TorchEngine(model, [1])
+
+
+def test_the_engine_says_what_it_runs_at_a_runs_start(fresh, caplog):
+    """`reserve` logs one line (the run's console prints it): device, dtype, decode / prefill / sampling paths, pool."""
+    from ulorl.rollout.engines.torch.prefill_attention import VarlenPrefill
+    from ulorl.rollout.engines.torch.triton_sampler import FusedSampler
+
+    tok, model = fresh
+    eng = TorchEngine(model, [tok.eos_token_id], kv_cache_gib=0.01, block_size=8)
+    assert eng.describe().endswith("KV pool not allocated yet")
+    with caplog.at_level("INFO", logger="ulorl.rollout"):
+        eng.reserve(4, 100)
+    blocks = eng.cache.num_blocks
+    want = (f"torch engine: cpu, float32 weights and KV; decode split_k; prefill sdpa; sampling sample_tokens; KV pool "
+            f"0.01 GiB in {blocks:,} blocks of 8 tokens, memory committed as blocks are written")
+    assert caplog.messages == [want]
+    eng.runner.prefill_attention, eng.fused_sampler = VarlenPrefill(lambda *a, **k: None), FusedSampler()
+    assert "prefill varlen; sampling fused Triton kernel" in eng.describe()
+    eng.fused_sampler.failed = "a compile error"
+    assert "sampling sample_tokens" in eng.describe()

@@ -137,12 +137,26 @@ class TorchEngine:
         grow, and more rows than fit at once wait or are preempted."""
         del slots
         self._pool_for(capacity)
+        log.info(self.describe())
         # compile (and capture every batch bucket) now, not mid-rollout
         if self.graph_mode is GraphMode.CUDA or self.fused_sampler is not None:
             t0 = time.perf_counter()
             if n := self.warm_up(capacity):
                 log.info(f"torch engine: {n} decode shapes (batch buckets up to {self.max_batch} rows) compiled and "
                          f"captured in {time.perf_counter() - t0:.0f} s, once per run")
+
+    def describe(self) -> str:
+        """One line for a run's start: the device and dtype, the decode, prefill and sampling paths, the KV pool."""
+        dev = self.runner.device.type
+        graphs = " with CUDA graphs" if self.table is not None and self.graph_mode is GraphMode.CUDA else ""
+        sampler = "fused Triton kernel" if self.fused_sampler is not None and not self.fused_sampler.failed \
+            else "sample_tokens"
+        pool = "not allocated yet" if self.cache is None else (
+            f"{self.cache.nbytes / GIB:.2f} GiB in {self.cache.num_blocks:,} blocks of {self.block_size} tokens"
+            + (", memory committed as blocks are written" if dev == "cpu" else ""))
+        return (f"torch engine: {dev}, {str(self.dtype).removeprefix('torch.')} weights and KV; decode "
+                f"{self.decode_attention.value}{graphs}; prefill {self.runner.prefill_attention.name}; sampling "
+                f"{sampler}; KV pool {pool}")
 
     @torch.no_grad()
     def warm_up(self, capacity: int, progress: Callable[[int, int], None] | None = None) -> int:
