@@ -137,13 +137,13 @@ class TorchEngine:
         grow, and more rows than fit at once wait or are preempted."""
         del slots
         self._pool_for(capacity)
-        log.info(self.describe())
         # compile (and capture every batch bucket) now, not mid-rollout
         if self.graph_mode is GraphMode.CUDA or self.fused_sampler is not None:
             t0 = time.perf_counter()
             if n := self.warm_up(capacity):
                 log.info(f"torch engine: {n} decode shapes (batch buckets up to {self.max_batch} rows) compiled and "
                          f"captured in {time.perf_counter() - t0:.0f} s, once per run")
+        log.info(self.describe())  # after the warm-up: a path that fell back there shows as its replacement
 
     def describe(self) -> str:
         """One line for a run's start: the device and dtype, the decode, prefill and sampling paths, the KV pool."""
