@@ -221,3 +221,6 @@ def test_the_engine_says_what_it_runs_at_a_runs_start(fresh, caplog):
     assert "prefill varlen; sampling fused Triton kernel" in eng.describe()
     eng.fused_sampler.failed = "a compile error"
     assert "sampling sample_tokens" in eng.describe()
+    table = TorchEngine(model, [tok.eos_token_id], kv_cache_gib=0.01, block_size=8, decode_attention="gather")
+    table.reserve(4, 100)
+    assert "decode gather;" in table.describe()  # the table decoder's backend (after any fallback)

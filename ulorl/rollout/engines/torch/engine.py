@@ -148,14 +148,16 @@ class TorchEngine:
     def describe(self) -> str:
         """One line for a run's start: the device and dtype, the decode, prefill and sampling paths, the KV pool."""
         dev = self.runner.device.type
-        graphs = " with CUDA graphs" if self.table is not None and self.graph_mode is GraphMode.CUDA else ""
+        decode = self.decode_attention.value
+        if self.table is not None:  # what the table decoder runs now (after any fallback)
+            decode = self.table.backend.name + (" with CUDA graphs" if self.table.mode is GraphMode.CUDA else "")
         sampler = "fused Triton kernel" if self.fused_sampler is not None and not self.fused_sampler.failed \
             else "sample_tokens"
         pool = "not allocated yet" if self.cache is None else (
             f"{self.cache.nbytes / GIB:.2f} GiB in {self.cache.num_blocks:,} blocks of {self.block_size} tokens"
             + (", memory committed as blocks are written" if dev == "cpu" else ""))
         return (f"torch engine: {dev}, {str(self.dtype).removeprefix('torch.')} weights and KV; decode "
-                f"{self.decode_attention.value}{graphs}; prefill {self.runner.prefill_attention.name}; sampling "
+                f"{decode}; prefill {self.runner.prefill_attention.name}; sampling "
                 f"{sampler}; KV pool {pool}")
 
     @torch.no_grad()
