@@ -10,9 +10,6 @@ On a GPU, `benchmarks/gpu_paged_check.py` (`prefill`) compares torch's real `var
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
-
 import pytest
 import torch
 
@@ -22,6 +19,7 @@ from ulorl.rollout.engines.registry import build_engine
 from ulorl.rollout.engines.torch.prefill_attention import (SDPAPrefill, VarlenPrefill, prefill_backend,
                                                            varlen_unavailable)
 
+from .benchmark_modules import benchmark_module
 from .test_torch import T, _prefixes, two_segments_match_the_learner
 
 LENS = [5, 1, 7, 5, 3]  # two sequences of equal length (one SDPA group), one of a single token
@@ -166,12 +164,7 @@ def test_the_gpu_checks_prefill_part_compares_both_backends(monkeypatch):
     import ulorl.rollout.engines.torch.engine as engine_module
     from ulorl.rollout.engines.torch.prefill_attention import prefill_backend as real
 
-    benchmarks = str(Path(__file__).resolve().parents[3] / "benchmarks")
-    sys.path.insert(0, benchmarks)
-    try:
-        import gpu_paged_check as check
-    finally:
-        sys.path.remove(benchmarks)
+    check = benchmark_module("gpu_paged_check")
     monkeypatch.setattr(engine_module, "prefill_backend",
                         lambda name, *a: VarlenPrefill(varlen_2_11) if name == "auto" else real(name, *a))
     model = check.build_model(check.QUICK["qwen2.5-0.5b"], torch.device("cpu"), torch.float32)
@@ -186,13 +179,7 @@ def test_the_gpu_checks_prefill_part_compares_both_backends(monkeypatch):
 def test_a_varlen_prefill_dispatches_as_many_operations_for_one_sequence_as_for_many():
     """What `benchmarks/prefill_ops.py` counts for docs/benchmarks.md: with varlen the prefill's operations do not
     grow with the number of sequences (one attention call per layer), with per-length SDPA they do."""
-    benchmarks = str(Path(__file__).resolve().parents[3] / "benchmarks")
-    sys.path.insert(0, benchmarks)
-    try:
-        import gpu_paged_check as check
-        import prefill_ops
-    finally:
-        sys.path.remove(benchmarks)
+    check, prefill_ops = benchmark_module("gpu_paged_check"), benchmark_module("prefill_ops")
     model = check.build_model(check.QUICK["qwen2.5-0.5b"], torch.device("cpu"), torch.float32)
     eng, _ = check.engine_for(model, 0.05, 8, "split_k", False)
     cache, blocks = eng._pool_for(200)

@@ -4,22 +4,14 @@ of the Qwen3-1.7B shape's run on a GPU."""
 
 from __future__ import annotations
 
-import sys
-from pathlib import Path
+from tests.rollout.engines.benchmark_modules import benchmark_module
 
-BENCHMARKS = str(Path(__file__).resolve().parents[3] / "benchmarks")
 COUNTS = ("pool_blocks", "peak_blocks", "live_tokens_at_peak", "preemptions", "finished_in_segment", "decoded_tokens",
           "longest")
 
 
 def _bench():
-    sys.path.insert(0, BENCHMARKS)
-    try:
-        import slots_vs_paged_cpu
-        from gpu_paged_check import QUICK
-    finally:
-        sys.path.remove(BENCHMARKS)
-    return slots_vs_paged_cpu, QUICK
+    return benchmark_module("slots_vs_paged_cpu"), benchmark_module("gpu_paged_check").QUICK
 
 
 def test_the_counts_do_not_depend_on_the_model():

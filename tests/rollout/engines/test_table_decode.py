@@ -25,6 +25,7 @@ from ulorl.rollout.engines import SamplingParams, TorchEngine
 from ulorl.rollout.engines.torch.graph_decoder import GraphMode, batch_buckets, bucket, width_bucket
 from ulorl.rollout.engines.torch.table_attention import table_backend
 
+from tests.rollout.engines.benchmark_modules import benchmark_module
 from tests.rollout.engines.test_paged_cache import _gib, shaken  # noqa: F401 (a fixture)
 from tests.rollout.engines.test_torch import _prefixes, two_segments_match_the_learner
 
@@ -271,9 +272,6 @@ def test_the_gpu_checks_probe_of_flash_paged_decode_reads_both_pool_layouts(monk
     stand-in with its documented paged semantics (a row's pages from `block_table`, its first `seqused_k` tokens,
     any strides), so the probe's calls, its comparison with SDPA and its second, heads-major pool layout (the torch
     engine's) run before a GPU sees them."""
-    import sys
-    from pathlib import Path
-
     import torch.nn.attention.varlen as varlen_module
 
     def paged_varlen(query, key, value, cu_seq_q, cu_seq_k, max_q, max_k, *, return_aux=None, scale=None,
@@ -291,13 +289,7 @@ def test_the_gpu_checks_probe_of_flash_paged_decode_reads_both_pool_layouts(monk
         return out
 
     monkeypatch.setattr(varlen_module, "varlen_attn", paged_varlen)
-    benchmarks = str(Path(__file__).resolve().parents[3] / "benchmarks")
-    sys.path.insert(0, benchmarks)
-    try:
-        import gpu_paged_check as check
-    finally:
-        sys.path.remove(benchmarks)
-    r = check.attention_paths(torch.device("cpu"), 4, 512)
+    r = benchmark_module("gpu_paged_check").attention_paths(torch.device("cpu"), 4, 512)
     assert r["varlen_attn"]["block_table"] and r["paged_call"] == "varlen_attn"
     assert "varlen_paged_errors" not in r and "varlen_paged_heads_major_error" not in r, r
     assert r["varlen_paged_ms"] > 0 and r["varlen_paged_heads_major_ms"] > 0

@@ -19,6 +19,8 @@ import torch
 
 from ulorl.rollout.engines.torch.triton_aot import aot_unavailable
 
+from tests.rollout.engines.benchmark_modules import benchmark_module
+
 ROOT = Path(__file__).resolve().parents[3]
 # Triton's CUDA backend and its compile options (3.6 and later; the set-up installs 3.6.0, torch 2.14's brings 3.8)
 WHY_NOT = aot_unavailable()
@@ -42,13 +44,9 @@ def test_every_gpu_check_launch_compiles_for_sm90_and_fits(tmp_path):
                          cwd=ROOT, env=_compiled_mode_env(tmp_path), capture_output=True, text=True, timeout=600)
     assert run.returncode == 0, run.stderr[-3000:]
     result = json.loads(out.read_text())
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    try:
-        from gpu_paged_check import SHAPES, VARIANT_NAMES
-    finally:
-        sys.path.remove(str(ROOT / "benchmarks"))
-    wanted = {(name, shape, rows) for name, (attention, *_) in VARIANT_NAMES.items() if attention == "triton"
-              for shape in SHAPES for rows in (256, 64)}
+    check = benchmark_module("gpu_paged_check")
+    wanted = {(name, shape, rows) for name, (attention, *_) in check.VARIANT_NAMES.items() if attention == "triton"
+              for shape in check.SHAPES for rows in (256, 64)}
     got = {(b["path"], b["shape"], b["rows"]) for b in result["builds"]}
     assert wanted <= got and len(wanted) >= 8
     assert any(b["dtype"] == "float32" for b in result["builds"])
