@@ -85,13 +85,14 @@ def case(rows: int, vocab: int, setting: str, dev: torch.device, dtype: torch.dt
         r.update(against_ms=statistics.median(t_old), against_ms_passes=t_old,
                  speedup=statistics.median(t_old) / r["ms"],
                  same_tokens=bool(torch.equal(tok, tok_old)), same_logprobs=bool(torch.equal(lp, lp_old)))
-    if fused and not (params.greedy or params.top_k > 0 or params.top_p < 1.0):
+    if fused:
         from ulorl.rollout.engines.torch.triton_sampler import FusedSampler
 
-        t_f, (tok_f, lp_f) = time_sampler(FusedSampler(), logits, params, uniforms, repeats)
-        r.update(fused_ms=statistics.median(t_f), fused_ms_passes=t_f, fused_speedup=r["ms"] / statistics.median(t_f),
-                 fused_same_tokens=bool(torch.equal(tok, tok_f)),
-                 fused_max_abs_logprob_diff=float((lp - lp_f).abs().max()))
+        if FusedSampler.takes(params):
+            t_f, (tok_f, lp_f) = time_sampler(FusedSampler(), logits, params, uniforms, repeats)
+            r.update(fused_ms=statistics.median(t_f), fused_ms_passes=t_f,
+                     fused_speedup=r["ms"] / statistics.median(t_f), fused_same_tokens=bool(torch.equal(tok, tok_f)),
+                     fused_max_abs_logprob_diff=float((lp - lp_f).abs().max()))
     return r
 
 

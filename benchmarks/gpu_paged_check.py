@@ -556,9 +556,10 @@ def main() -> int:
 
     run_segments((1, 4))  # the paper's mechanism first (target M = 4 >= 1.6x M = 1); M = 2, 8 last
     res["decode"] = []
+    bpt = kv_bytes_per_token(small)
     for rows in ((4, 8) if q else (64, 256)):
         for ctx in ((64, 256) if q else (2048, 8192, 32768)):
-            if not q and rows * (ctx + 100) * kv_bytes_per_token(small) > 0.8 * free_bytes(dev):
+            if not q and rows * (ctx + 100) * bpt > 0.8 * free_bytes(dev):
                 res["skipped"].append(f"decode {rows} x {ctx}: KV over 80% of free memory")
                 continue
             if left() < 0:

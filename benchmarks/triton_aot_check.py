@@ -64,6 +64,12 @@ def builds() -> list[dict]:
     return out
 
 
+def resources(kernels) -> str:
+    """A build's kernels as printed: shared memory, registers and spills of each."""
+    return "  ".join(f"{k.kernel}: {k.shared_bytes / 1024:.0f} KiB shared, {k.registers} regs, "
+                     f"{k.local_bytes} B spilled" for k in kernels)
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--arch", type=int, default=90, help="compute capability as XY (90: H100 / H200)")
@@ -75,16 +81,13 @@ def main() -> int:
         kernels = compile_decode(**spec, arch=args.arch)
         row = {**b, "dtype": str(b["dtype"]).removeprefix("torch."), "kernels": [k.as_dict() for k in kernels]}
         rows.append(row)
-        print(f"{b['path']:<36} {b['shape']:<13} {b['rows']:>3} rows S={b['splits']:<2} "
-              + "  ".join(f"{k.kernel}: {k.shared_bytes / 1024:.0f} KiB shared, {k.registers} regs, "
-                          f"{k.local_bytes} B spilled" for k in kernels), file=sys.stderr)
+        print(f"{b['path']:<36} {b['shape']:<13} {b['rows']:>3} rows S={b['splits']:<2} " + resources(kernels),
+              file=sys.stderr)
     for dtype in (torch.bfloat16, torch.float32):  # the fused sampler at the 0.5B shape's vocabulary
         kernels = compile_sample(dtype, 256, SHAPES["qwen2.5-0.5b"]["vocab_size"], args.arch)
         rows.append({"path": "fused sampler", "shape": "qwen2.5-0.5b", "rows": 256, "dtype": str(dtype)[6:],
                      "vocab": SHAPES["qwen2.5-0.5b"]["vocab_size"], "kernels": [k.as_dict() for k in kernels]})
-        print(f"{'fused sampler':<36} {str(dtype)[6:]:<13} 256 rows      " + "  ".join(
-            f"{k.kernel}: {k.shared_bytes / 1024:.0f} KiB shared, {k.registers} regs, {k.local_bytes} B spilled"
-            for k in kernels), file=sys.stderr)
+        print(f"{'fused sampler':<36} {str(dtype)[6:]:<13} 256 rows      " + resources(kernels), file=sys.stderr)
     kernels = [k for r in rows for k in r["kernels"]]
     result = {"benchmark": "triton_aot_check", "arch": args.arch, "triton": triton.__version__,
               "machine": machine(), "compile_s": round(time.perf_counter() - t0, 1), "builds": rows,

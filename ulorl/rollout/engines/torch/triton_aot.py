@@ -136,10 +136,7 @@ def compile_decode(dtype: torch.dtype, kv_heads: int, group: int, head_dim: int,
 
 def compile_sample(dtype: torch.dtype, rows: int = 256, vocab: int = 151936, arch: int = 90) -> list[KernelBuild]:
     """The fused sampler's kernel (`triton_sampler.sample_launch`) for `rows` rows of `vocab` logits in `dtype`."""
-    from types import SimpleNamespace
-
     from ulorl.rollout.engines.torch.triton_sampler import sample_launch
 
-    kernel, grid, args, kwargs, _, _ = sample_launch(torch.zeros(rows, vocab, dtype=dtype), 0.85,
-                                                    torch.zeros(rows, dtype=torch.float64))
-    return [compile_launch(SimpleNamespace(kernel=kernel, grid=grid, args=args, kwargs=kwargs), arch)]
+    launch, _, _ = sample_launch(torch.zeros(rows, vocab, dtype=dtype), 0.85, torch.zeros(rows, dtype=torch.float64))
+    return [compile_launch(launch, arch)]

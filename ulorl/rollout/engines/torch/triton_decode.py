@@ -136,6 +136,9 @@ class Launch:
     args: tuple
     kwargs: dict
 
+    def run(self) -> None:
+        self.kernel[self.grid](*self.args, **self.kwargs)
+
 
 def decode_launches(q: torch.Tensor, k_tokens: torch.Tensor, v_tokens: torch.Tensor, table: torch.Tensor,
                     ctx: torch.Tensor, block_size: int, scale: float, splits: int, num_warps: int = 4,
@@ -173,5 +176,5 @@ def paged_decode(q: torch.Tensor, k_tokens: torch.Tensor, v_tokens: torch.Tensor
     launches, out = decode_launches(q, k_tokens, v_tokens, table, ctx, block_size, scale, splits, num_warps,
                                     num_stages)
     for launch in launches:
-        launch.kernel[launch.grid](*launch.args, **launch.kwargs)
+        launch.run()
     return out

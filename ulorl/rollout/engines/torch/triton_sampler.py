@@ -34,6 +34,7 @@ import triton
 import triton.language as tl
 
 from ulorl.rollout.engines.base import SamplingParams
+from ulorl.rollout.engines.torch.triton_decode import Launch
 from ulorl.rollout.engines.torch.triton_interpreter import patch_interpreter
 
 patch_interpreter()
@@ -86,8 +87,9 @@ def _sample_kernel(LOGITS, U, TOK, LP, s_row, V, temperature,
     tl.store(LP + row, (x_tok - mx - tl.log(total).to(tl.float32)).to(tl.float32))
 
 
-def sample_launch(logits: torch.Tensor, temperature: float, uniforms: torch.Tensor):
-    """(kernel, grid, args, kwargs, tokens, logprobs) of one call: `triton_aot.py` compiles the same launch."""
+def sample_launch(logits: torch.Tensor, temperature: float, uniforms: torch.Tensor
+                  ) -> tuple[Launch, torch.Tensor, torch.Tensor]:
+    """The launch of one call and the tokens and log-probs it fills: `triton_aot.py` compiles the same launch."""
     if logits.stride(-1) != 1:
         raise ValueError("fused sampler: the logits need a contiguous last (vocabulary) dimension")
     b, v = logits.shape
@@ -97,15 +99,15 @@ def sample_launch(logits: torch.Tensor, temperature: float, uniforms: torch.Tens
             float(temperature))
     chunks = triton.next_power_of_2(triton.cdiv(v, WIDE))
     kwargs = dict(WIDE=WIDE, BLOCK=BLOCK, CHUNKS=chunks, num_warps=NUM_WARPS, num_stages=NUM_STAGES)
-    return _sample_kernel, (b,), args, kwargs, tokens, logprobs
+    return Launch(_sample_kernel, (b,), args, kwargs), tokens, logprobs
 
 
 def fused_sample(logits: torch.Tensor, temperature: float, uniforms: torch.Tensor
                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """logits `(B, V)` (any float dtype), uniforms `(B,)` in [0, 1) -> tokens `(B,)` long and their behaviour
     log-probs `(B,)` float32 (`log_softmax(logits / temperature)` of the token)."""
-    kernel, grid, args, kwargs, tokens, logprobs = sample_launch(logits, temperature, uniforms)
-    kernel[grid](*args, **kwargs)
+    launch, tokens, logprobs = sample_launch(logits, temperature, uniforms)
+    launch.run()
     return tokens, logprobs
 
 
@@ -118,8 +120,13 @@ class FusedSampler:
         self.failed: str | None = None
         self.calls = 0  # steps sampled by the kernel
 
+    @staticmethod
+    def takes(params: SamplingParams) -> bool:
+        """Whether the kernel samples with these settings: temperature only (no greedy, top-k or top-p)."""
+        return not (params.greedy or params.top_k > 0 or params.top_p < 1.0)
+
     def __call__(self, logits: torch.Tensor, params: SamplingParams, uniforms: torch.Tensor | None):
-        if self.failed is not None or uniforms is None or params.greedy or params.top_k > 0 or params.top_p < 1.0:
+        if self.failed is not None or uniforms is None or not self.takes(params):
             return None
         try:
             out = fused_sample(logits, params.temperature, uniforms)
