@@ -37,6 +37,18 @@ def test_equal_lengths_fill_every_slot_and_gain_nothing():
     assert [r.speedup for r in rows] == [1.0, 1.0, 1.0, 1.0]
 
 
+def test_geometric_lengths_end_each_token_with_probability_one_over_mean():
+    # P(length = k) = (1 - p)^(k - 1) p with p = 1 / mean: P(1) = 0.25, P(2) = 0.1875 at mean 4, and memoryless:
+    # P(length > 6 | length > 3) = P(length > 3) = 0.75^3; the cap folds the tail onto max
+    x = parse_lengths("geometric:mean=4").sample_groups(25_000, 8, np.random.default_rng(0)).ravel()
+    assert x.min() == 1
+    assert np.mean(x == 1) == pytest.approx(0.25, abs=0.005) and np.mean(x == 2) == pytest.approx(0.1875, abs=0.005)
+    assert np.mean(x) == pytest.approx(4.0, rel=0.01)
+    assert np.mean(x[x > 3] > 6) == pytest.approx(0.75 ** 3, abs=0.01) == pytest.approx(np.mean(x > 3), abs=0.01)
+    capped = parse_lengths("geometric:mean=4,max=3").sample_groups(10_000, 8, np.random.default_rng(0)).ravel()
+    assert set(np.unique(capped)) == {1, 2, 3} and np.mean(capped == 3) == pytest.approx(0.75 ** 2, abs=0.01)
+
+
 def test_one_group_decode_batch_cannot_refill_freed_slots():
     # G=2, decode batch 2, one group per update, each group = (5, 20) tokens, L=20.
     # M=1: one round of 20 iterations; slots 2 x 20 = 40, useful 25 -> utilisation 0.625.
@@ -245,6 +257,7 @@ def test_cli_pipeline_both_and_overlap(tmp_path, capsys):
     (["--lengths", "lognormal:median=-1,sigma=1", "--max-len", "160"], "median"),
     (["--lengths", "weibull:k=1", "--max-len", "160"], "weibull"),
     (["--lengths", "pareto:alpha=1.1,min=4,mx=9", "--max-len", "160"], "mx"),
+    (["--lengths", "geometric:mean=0.5", "--max-len", "160"], "mean"),
     (["--lengths", "fixed:length=10"], "--max-len"),
     (["--lengths", "fixed:length=10", "--max-len", "160", "--segments", "1,3"], "--segments"),
     (["--lengths", "fixed:length=10", "--max-len", "160", "--fit-table", "1=abc"], "--fit-table"),

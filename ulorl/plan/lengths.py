@@ -8,6 +8,8 @@ resampled by whole groups, which keeps the correlation it had.
 
 Spec strings (`--lengths`):
     lognormal:median=16000,sigma=0.82[,max=N][,rho=0.3]
+    geometric:mean=2048[,max=N]        (every token ends the answer with probability 1 / mean: the forced-EOS
+                                        hazard of benchmarks/forced_eos.py and the GPU check's workload)
     pareto:alpha=1.1,min=20[,max=N]
     twopoint:short=20,long=100,p_long=0.25
     fixed:length=40
@@ -43,6 +45,10 @@ def _pareto(p: dict[str, float], n: int, G: int, rng: np.random.Generator) -> np
     return p["min"] * (1.0 - rng.random((n, G))) ** (-1.0 / p["alpha"])
 
 
+def _geometric(p: dict[str, float], n: int, G: int, rng: np.random.Generator) -> np.ndarray:
+    return rng.geometric(1.0 / p["mean"], (n, G)).astype(np.float64)
+
+
 def _lognormal(p: dict[str, float], n: int, G: int, rng: np.random.Generator) -> np.ndarray:
     rho = p.get("rho", 0.0)
     z = math.sqrt(rho) * rng.standard_normal((n, 1)) + math.sqrt(1 - rho) * rng.standard_normal((n, G))
@@ -60,6 +66,7 @@ class ParametricKind:
 
 PARAMETRIC: dict[str, ParametricKind] = {
     "lognormal": ParametricKind(("median", "sigma"), ("max", "rho"), _lognormal),
+    "geometric": ParametricKind(("mean",), ("max",), _geometric),
     "pareto": ParametricKind(("alpha", "min"), ("max",), _pareto),
     "twopoint": ParametricKind(("short", "long", "p_long"), (), _twopoint),
     "fixed": ParametricKind(("length",), (), _fixed),
@@ -133,6 +140,8 @@ def _check(kind: str, p: dict[str, float]) -> None:
     for k, v in p.items():
         if k in positive and not v > 0:
             raise LengthSpecError(f"--lengths {kind}: field {k}={v:g} must be > 0")
+    if "mean" in p and not p["mean"] >= 1:
+        raise LengthSpecError(f"--lengths {kind}: field mean={p['mean']:g} must be >= 1 (tokens)")
     for k in ("p_long", "rho"):
         if k in p and not 0 <= p[k] <= 1:
             raise LengthSpecError(f"--lengths {kind}: field {k}={p[k]:g} must be in [0, 1]")

@@ -46,6 +46,14 @@ class _Record:  # stands in for a PromptRecord
     extra_info: dict = field(default_factory=dict)
 
 
+def context_reads(prefix_lens: np.ndarray, new_tokens: np.ndarray) -> float:
+    """K/V positions a paged engine's decode attention reads for rows continuing `prefix_lens` (shape (n,)) by
+    `new_tokens` (shape (n,)) tokens: each row's first iteration reads its prefix, every later one one more,
+    `new * prefix + new * (new - 1) / 2` summed over rows (the planner's `ctx_sum`)."""
+    p, n = np.asarray(prefix_lens, dtype=np.float64), np.asarray(new_tokens, dtype=np.float64)
+    return float((n * p + n * (n - 1) / 2).sum())
+
+
 class LengthEngine:
     """Fake engine: each new prefix gets a target length (in units) from `draw()`; records counts per call."""
 
@@ -87,7 +95,7 @@ class LengthEngine:
         ctx = P if self.padded else p  # context each row attends over at its first decode iteration
         self.counts.update(
             rounds=1, iterations=float(n.max(initial=0)), row_iters=float(n.sum()),
-            ctx_sum=float((n * ctx + n * (n - 1) / 2).sum()),
+            ctx_sum=context_reads(np.broadcast_to(ctx, n.shape), n),
             prefill_tokens=float(len(p) * P if self.padded else p.sum()),
             prefill_sq=float(len(p) * P * P if self.padded else (p * p).sum()),
             slots=float(len(p) * n.max(initial=0)), decoded=float(n.sum()), reprefill=float(s * resp.sum()))
