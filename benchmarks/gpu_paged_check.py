@@ -39,6 +39,10 @@ time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
    Every batch bucket is compiled and captured before the clock starts (`TorchEngine.warm_up`, what `reserve`
    does at a run's start; its seconds are `warm_up_s`): otherwise the first M measured pays every compilation
    and the later ones none (the first H200 run: M = 1 passed through up to 20 buckets in one call).
+   `decode_floor_s`: the same rollouts' decode at the bandwidth floor (the weights once per decode iteration,
+   each row's context once per decode step: the engine's iterations and the K/V positions its rollouts' segments
+   read), `over_floor`, and `floor_speedup_M{2,4,8}`: what an engine at the floor would gain on these rollouts
+   (`segment_floor.py` prices the workload the same way without a GPU: about 1.3x for M = 4).
 
 Parts run in the order 0, 1, `decode_paths`, 4 (M = 1 and 4: the headline), 2, 3, 4 (M = 2 and 8) within
 `--budget-s` (default 300 s): a part that would start after the budget
@@ -419,6 +423,7 @@ def slots_vs_paged(model, dev, rows: int, cap: int, segment: int, mean: float, s
 
 def segment_rollout(model, dev, m: int, L: int, groups: int, target: int) -> dict:
     from ulorl.data.records import PromptRecord
+    from ulorl.plan.simulate import context_reads
     from ulorl.rollout.engines import SamplingParams
     from ulorl.rollout.pools import UnfinishedPool
     from ulorl.rollout.prompt_source import PromptSource
@@ -432,23 +437,32 @@ def segment_rollout(model, dev, m: int, L: int, groups: int, target: int) -> dic
                             ground_truth="0", data_source="gpu_check") for i in range(4096)]
     ro = SegmentRollout(eng, PromptSource(records, seed=0), SamplingParams(temperature=1.0), group_size=8,
                         decode_batch=groups * 8, max_response_len=L, num_segments=m, seed=0)
-    pool, done, lengths, rounds, decoded = UnfinishedPool(), 0, [], 0, 0
+    pool, finished, rounds, decoded = UnfinishedPool(), [], 0, 0
     t0 = time.perf_counter()
     eng.warm_up(64 + L)  # every batch bucket compiled and captured first (as `reserve` does in a run): not timed
     sync(dev)
     warm_s = time.perf_counter() - t0
+    st = eng.stats
+    iterations0, prefill0 = st.decode_iterations, st.prefill_tokens
     t0 = time.perf_counter()
-    while done < target:
+    while len(finished) < target:
         res = ro.round(pool, rounds, rounds)
         ro.end_step()  # each round stands for a step: new weights, so continued rows are prefilled again
         rounds += 1
-        done += len(res.finished)
+        finished += res.finished
         decoded += res.decoded_tokens
-        lengths += [t.response_len for t in res.finished]
     sync(dev)
     dt = time.perf_counter() - t0
+    done, lengths = len(finished), [t.response_len for t in finished]
+    # what the decode floor reads (`main`): the weights once per decode iteration, and each row's context once per
+    # decode step, from the segments decoded here (finished samples and those left unfinished). A segment of n
+    # tokens after a prefix of p: its first token comes from the prefill, its n - 1 decode steps read p + 1, ...
+    segments = [(len(t.prompt_tokens) + s.start + 1, s.end - s.start - 1) for t in finished + pool.items()
+                for s in t.segments]
     return {"M": m, "samples": done, "seconds": dt, "samples_per_s": done / dt, "decoded_tokens_per_s": decoded / dt,
             "rounds": rounds, "mean_len": sum(lengths) / len(lengths), "max_len": max(lengths),
+            "decode_iterations": st.decode_iterations - iterations0, "prefill_tokens": st.prefill_tokens - prefill0,
+            "context_tokens": context_reads(*zip(*segments)),
             "preemptions": eng.stats.extra.get("preemptions", 0), "warm_up_s": warm_s,
             "fallbacks": eng.table.fallbacks if eng.table else [], "sampler": sampler_used(eng),
             "prefill_attention": eng.runner.prefill_attention.name}
@@ -525,7 +539,7 @@ def main() -> int:
     save()
     if dev.type == "cuda":
         torch.cuda.empty_cache()
-    wb = weight_bytes(small)
+    wb, bpt = weight_bytes(small), kv_bytes_per_token(small)
     floor = lambda r: (wb + r["kv_bytes_read"]) / bw["bytes_per_s"] * 1000  # noqa: E731
     res["decode_paths"] = paths = decode_variants(small, dev, 4 if q else 256, 256 if q else 8192, 4 if q else 10,
                                                   floor, args.paths.split(","), args.paths_budget_s,
@@ -549,14 +563,17 @@ def main() -> int:
                 res["segment_rollout"][str(m)] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
                 save()
                 continue
+            # the same rollout at the bandwidth floor (its decode alone: weights per iteration, K/V per token)
+            r["decode_floor_s"] = (r["decode_iterations"] * wb + r["context_tokens"] * bpt) / bw["bytes_per_s"]
+            r["over_floor"] = r["seconds"] / r["decode_floor_s"]
+            r["floor_samples_per_s"] = r["samples"] / r["decode_floor_s"]
             res["segment_rollout"][str(m)] = r
             save()
             print(f"segment rollout M={m}: {r['samples_per_s']:.2f} samples/s, {r['decoded_tokens_per_s']:.0f} "
-                  f"tokens/s", file=sys.stderr, flush=True)
+                  f"tokens/s ({r['over_floor']:.1f}x its decode floor)", file=sys.stderr, flush=True)
 
     run_segments((1, 4))  # the paper's mechanism first (target M = 4 >= 1.6x M = 1); M = 2, 8 last
     res["decode"] = []
-    bpt = kv_bytes_per_token(small)
     for rows in ((4, 8) if q else (64, 256)):
         for ctx in ((64, 256) if q else (2048, 8192, 32768)):
             if not q and rows * (ctx + 100) * bpt > 0.8 * free_bytes(dev):
@@ -602,6 +619,8 @@ def main() -> int:
     for m in ("2", "4", "8"):
         if "samples_per_s" in sr.get(m, {}) and "samples_per_s" in sr.get("1", {}):
             sr[f"speedup_M{m}"] = sr[m]["samples_per_s"] / sr["1"]["samples_per_s"]
+            # what an engine at the floor would gain on the same rollouts (docs/scale.md: the target's reach)
+            sr[f"floor_speedup_M{m}"] = sr[m]["floor_samples_per_s"] / sr["1"]["floor_samples_per_s"]
     res["machine"] = machine()
     res["elapsed_s"] = time.perf_counter() - t_start
     return emit(res, args.out)

@@ -47,7 +47,8 @@ def test_every_part_of_the_gpu_check_gives_its_figures(tmp_path):
     seg = p["segment_rollout"]
     for m in ("1", "2", "4", "8"):
         assert seg[m]["samples"] >= 16 and seg[m]["fallbacks"] == [], seg[m]
-    assert {"speedup_M2", "speedup_M4", "speedup_M8"} <= set(seg)
+        assert seg[m]["decode_floor_s"] > 0 and seg[m]["over_floor"] > 0, seg[m]
+    assert {"speedup_M2", "speedup_M4", "speedup_M8", "floor_speedup_M4"} <= set(seg)
     slots = p["slots_vs_paged"]
     assert "error" not in slots and slots["rows"] == 8 and 0 < slots["peak_kv_gib"] <= slots["pool_gib"]
 
