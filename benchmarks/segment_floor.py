@@ -31,13 +31,12 @@ import statistics
 import sys
 from pathlib import Path
 
-import torch
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ulorl.plan.cost import CostModel  # noqa: E402
 from ulorl.plan.lengths import parse_lengths  # noqa: E402
+from ulorl.plan.memory import ModelShape, kv_cache_bytes  # noqa: E402
 from ulorl.plan.planner import Workload, predict, simulate_all  # noqa: E402
 
 from gpu_paged_check import SHAPES  # noqa: E402  (a sibling script: benchmarks/ is on the path)
@@ -49,19 +48,11 @@ SEGMENTS = [1, 2, 4, 8]
 
 
 def shape_bytes() -> dict:
-    """Weight bytes and K/V bytes a token of the check's Qwen2.5-0.5B shape in bfloat16 (built on the meta device:
-    no memory, the same parameters as the check's model)."""
-    from transformers import AutoConfig, AutoModelForCausalLM
-
-    kw = dict(SHAPES["qwen2.5-0.5b"])
-    cfg = AutoConfig.for_model(kw.pop("model_type"), tie_word_embeddings=True, **kw)
-    with torch.device("meta"):
-        model = AutoModelForCausalLM.from_config(cfg)
-    params = sum(p.numel() for p in model.parameters())  # tied embedding counted once
-    head_dim = cfg.hidden_size // cfg.num_attention_heads
-    return {"params": params, "weight_bytes": 2 * params, "vocab": cfg.vocab_size, "layers": cfg.num_hidden_layers,
-            "hidden": cfg.hidden_size, "kv_bytes_per_token": cfg.num_hidden_layers * cfg.num_key_value_heads
-            * head_dim * 2 * 2}
+    """Weight bytes and K/V bytes a token of the check's Qwen2.5-0.5B shape (its model ties the embeddings) in
+    bfloat16, counted by the memory planner (`ulorl.plan.memory`)."""
+    m = ModelShape.from_config({**SHAPES["qwen2.5-0.5b"], "tie_word_embeddings": True})
+    return {"params": m.params, "weight_bytes": 2 * m.params, "vocab": m.vocab, "layers": m.layers,
+            "hidden": m.hidden, "kv_bytes_per_token": int(kv_cache_bytes(m, tokens=1))}
 
 
 def bandwidth() -> float:

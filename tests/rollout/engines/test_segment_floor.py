@@ -18,10 +18,17 @@ def test_the_floor_prices_the_shape_by_hand():
     """`segment_floor.py`'s bytes of the Qwen2.5-0.5B shape: embedding 151,936 x 896 (tied: once); per layer q
     896 x 896 + 896, k and v 896 x 128 + 128 each, o 896 x 896, the MLP 3 x 896 x 4,864, two norms of 896; a final
     norm. K/V a token: 24 layers x 2 KV heads x 64 x 2 (K, V) x 2 bytes."""
+    from transformers import AutoConfig, AutoModelForCausalLM
+
     floor = benchmark_module("segment_floor")
     b = floor.shape_bytes()
     layer = 896 * 896 + 896 + 2 * (896 * 128 + 128) + 896 * 896 + 3 * 896 * 4864 + 2 * 896
     assert b["params"] == 151936 * 896 + 24 * layer + 896 == 494_032_768
+    kw = dict(floor.SHAPES["qwen2.5-0.5b"])  # the model the GPU check builds, here without memory
+    with torch.device("meta"):
+        model = AutoModelForCausalLM.from_config(AutoConfig.for_model(kw.pop("model_type"), tie_word_embeddings=True,
+                                                                      **kw))
+    assert sum(t.numel() for t in model.parameters()) == b["params"]
     assert b["weight_bytes"] == 2 * b["params"] and b["kv_bytes_per_token"] == 24 * 2 * 64 * 2 * 2 == 12288
     c = floor.cost_models(b, 4e12)
     assert c["floor"].decode_fixed == b["weight_bytes"] / 4e12 and c["floor"].decode_ctx == 12288 / 4e12
