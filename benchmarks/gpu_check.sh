@@ -10,7 +10,7 @@
 #
 # ENGINE=torch (no network, no vLLM: what a lent GPU machine has), in this order, each part under a timeout:
 # (1b) benchmarks/gpu_paged_check.py, issue 26's figures: bandwidth, the decode paths side by side, segment
-#      rollout M = 1 and 4 at L = 16k, decode against the bandwidth floor, 128 rows at 16k, M = 2 and 8
+#      rollout M = 1 and 4 at L = 16k, decode against the bandwidth floor, 128 rows at 16k, M = 2 and 8, 64 rows
 #      (PAGED_BUDGET 200 s for parts to start, PAGED_TIMEOUT 300 s; PAGED_PATHS);
 # (1)  benchmarks/gpu_engine_check.py: log-probs against the learner (printed first), 16 x 2,048 and 16 x 8,192
 #      new tokens, segment rollout M = 1 vs M = 4 at L = 4,096 (ENGINE_CHECK_TIMEOUT 90 s);
@@ -93,7 +93,7 @@ merge_into_summary environment environment.json
 # segment rollout M = 1 and 4 on 32 groups x 8 (L = 16k, mean length L/8), trained samples/s; decode
 # ms/iteration of the Qwen2.5-0.5B shape (random bf16 weights) at 64 and 256 rows x 2k/8k/32k contexts next to
 # the bandwidth floor; a Qwen3-1.7B-shaped batch of 128 rows at 16k (long tail) in the pool that slots need for
-# 25 rows; M = 2 and 8.
+# 25 rows; M = 2 and 8; then M = 1, 4 and 8 on 8 groups x 8. Each segment rollout also gives its decode floor.
 # Parts start within PAGED_BUDGET seconds (default 200; the JSON is rewritten after each part, and PAGED_TIMEOUT,
 # default 300 s, ends it). Into $OUT/gpu_check.json ("paged_engine"), quoted by docs/scale.md. DEVICE=cpu: tiny
 # shapes (a dry run). PAGED=0 skips it; PAGED_PATHS picks the decode paths of the side-by-side (--paths).

@@ -43,10 +43,12 @@ time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
    each row's context once per decode step: the engine's iterations and the K/V positions its rollouts' segments
    read), `over_floor`, and `floor_speedup_M{2,4,8}`: what an engine at the floor would gain on these rollouts
    (`segment_floor.py` prices the workload the same way without a GPU: about 1.3x for M = 4).
+   `segment_rollout_64_rows`: the same with 8 groups x 8 per round, M = 1, 4, 8, each until 128 samples
+   finished: a batch whose decode is mostly the weights' bytes, where the floor allows more (M = 8 1.6-1.9x).
 
-Parts run in the order 0, 1, `decode_paths`, 4 (M = 1 and 4: the headline), 2, 3, 4 (M = 2 and 8) within
-`--budget-s` (default 300 s): a part that would start after the budget
-is skipped and recorded as skipped; the JSON is rewritten after every part, so a run cut short by a timeout
+Parts run in the order 0, 1, `decode_paths`, 4 (M = 1 and 4: the headline), 2, 3, 4 (M = 2 and 8), then 4 at 64
+rows, within `--budget-s` (default 300 s): a part that would start after the budget is skipped and recorded as
+skipped; the JSON is rewritten after every part, so a run cut short by a timeout
 keeps what it measured. `--quick`: tiny shapes and lengths, a dry run of the script (CPU).
 
     python benchmarks/gpu_paged_check.py [--device cuda] [--quick] [--budget-s 300] [--out gpu_paged_check.json]
@@ -550,29 +552,35 @@ def main() -> int:
         ATTENTION, BLOCK_SIZE, OPTIONS = best["decode_attention"], best["block_size"], best["options"]
     res.update(decode_attention_used=ATTENTION, block_size_used=BLOCK_SIZE, attention_options_used=OPTIONS)
     save()
-    res["segment_rollout"] = {}
 
-    def run_segments(ms: tuple[int, ...]) -> None:
+    def run_segments(key: str, ms: tuple[int, ...], groups: int, target: int) -> None:
+        """Segment rollout of `groups` x 8 rows for each M into `res[key]`, with its decode floor and, once M = 1 is
+        there, its speedups (saved after each M: a run cut short keeps them)."""
+        out = res.setdefault(key, {})
         for m in ms:
             if left() < 0:
-                res["skipped"].append(f"segment_rollout M={m}: budget")
+                res["skipped"].append(f"{key} M={m}: budget")
                 continue
             try:
-                r = segment_rollout(small, dev, m, 256 if q else 16384, 2 if q else 32, 16 if q else 256)
+                r = segment_rollout(small, dev, m, 256 if q else 16384, 2 if q else groups, 16 if q else target)
             except Exception as e:
-                res["segment_rollout"][str(m)] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+                out[str(m)] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
                 save()
                 continue
             # the same rollout at the bandwidth floor (its decode alone: weights per iteration, K/V per token)
             r["decode_floor_s"] = (r["decode_iterations"] * wb + r["context_tokens"] * bpt) / bw["bytes_per_s"]
             r["over_floor"] = r["seconds"] / r["decode_floor_s"]
             r["floor_samples_per_s"] = r["samples"] / r["decode_floor_s"]
-            res["segment_rollout"][str(m)] = r
+            out[str(m)] = r
+            if m != 1 and "samples_per_s" in out.get("1", {}):
+                out[f"speedup_M{m}"] = r["samples_per_s"] / out["1"]["samples_per_s"]
+                # what an engine at the floor would gain on the same rollouts (docs/scale.md: the target's reach)
+                out[f"floor_speedup_M{m}"] = r["floor_samples_per_s"] / out["1"]["floor_samples_per_s"]
             save()
-            print(f"segment rollout M={m}: {r['samples_per_s']:.2f} samples/s, {r['decoded_tokens_per_s']:.0f} "
-                  f"tokens/s ({r['over_floor']:.1f}x its decode floor)", file=sys.stderr, flush=True)
+            print(f"{key} M={m}: {r['samples_per_s']:.2f} samples/s, {r['decoded_tokens_per_s']:.0f} tokens/s "
+                  f"({r['over_floor']:.1f}x its decode floor)", file=sys.stderr, flush=True)
 
-    run_segments((1, 4))  # the paper's mechanism first (target M = 4 >= 1.6x M = 1); M = 2, 8 last
+    run_segments("segment_rollout", (1, 4), 32, 256)  # the paper's mechanism first (target M = 4 >= 1.6x M = 1)
     res["decode"] = []
     for rows in ((4, 8) if q else (64, 256)):
         for ctx in ((64, 256) if q else (2048, 8192, 32768)):
@@ -614,13 +622,9 @@ def main() -> int:
     else:
         res["skipped"].append("slots_vs_paged: budget")
 
-    run_segments((2, 8))
-    sr = res["segment_rollout"]
-    for m in ("2", "4", "8"):
-        if "samples_per_s" in sr.get(m, {}) and "samples_per_s" in sr.get("1", {}):
-            sr[f"speedup_M{m}"] = sr[m]["samples_per_s"] / sr["1"]["samples_per_s"]
-            # what an engine at the floor would gain on the same rollouts (docs/scale.md: the target's reach)
-            sr[f"floor_speedup_M{m}"] = sr[m]["floor_samples_per_s"] / sr["1"]["floor_samples_per_s"]
+    run_segments("segment_rollout", (2, 8), 32, 256)
+    # 8 groups x 8: where the weights are most of a step's bytes (segment_floor.py: M = 8 1.6-1.9x at the floor)
+    run_segments("segment_rollout_64_rows", (1, 4, 8), 8, 128)
     res["machine"] = machine()
     res["elapsed_s"] = time.perf_counter() - t_start
     return emit(res, args.out)

@@ -44,11 +44,12 @@ def test_every_part_of_the_gpu_check_gives_its_figures(tmp_path):
     assert any(d["path"] == "flex+graphs" and "ms_per_iteration" in d for d in p["decode_paths"])
     assert [(d["rows"], d["context"]) for d in p["decode"]] == [(4, 64), (4, 256), (8, 64), (8, 256)]
     assert all(d["floor_ms"] > 0 and d["over_floor"] > 0 for d in p["decode"])
-    seg = p["segment_rollout"]
-    for m in ("1", "2", "4", "8"):
-        assert seg[m]["samples"] >= 16 and seg[m]["fallbacks"] == [], seg[m]
-        assert seg[m]["decode_floor_s"] > 0 and seg[m]["over_floor"] > 0, seg[m]
-    assert {"speedup_M2", "speedup_M4", "speedup_M8", "floor_speedup_M4"} <= set(seg)
+    for key, ms in (("segment_rollout", ("1", "2", "4", "8")), ("segment_rollout_64_rows", ("1", "4", "8"))):
+        seg = p[key]
+        for m in ms:
+            assert seg[m]["samples"] >= 16 and seg[m]["fallbacks"] == [], seg[m]
+            assert seg[m]["decode_floor_s"] > 0 and seg[m]["over_floor"] > 0, seg[m]
+        assert {f"{s}_M{m}" for s in ("speedup", "floor_speedup") for m in ms[1:]} <= set(seg), key
     slots = p["slots_vs_paged"]
     assert "error" not in slots and slots["rows"] == 8 and 0 < slots["peak_kv_gib"] <= slots["pool_gib"]
 
