@@ -36,7 +36,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     src = p.add_mutually_exclusive_group(required=True)
     src.add_argument("--lengths-from", metavar="RUN_DIR", help="a run folder: response lengths from samples.jsonl")
     src.add_argument("--lengths", metavar="SPEC", help="lognormal:median=..,sigma=..[,max=..,rho=..] | "
-                     "geometric:mean=..[,max=..] | pareto:alpha=..,min=..[,max=..] | twopoint:short=..,long=..,p_long=.. | fixed:length=..")
+                     "geometric:mean=..[,max=..] | pareto:alpha=..,min=..[,max=..] | "
+                     "twopoint:short=..,long=..,p_long=.. | fixed:length=..")
     src.add_argument("--memory", action="store_true", help="the learner's and KV cache's memory instead of step "
                      "times (options below; ulorl.plan.memory)")
     p.add_argument("--max-len", type=int, default=None, help="global cap L (default: the run's, else required)")
