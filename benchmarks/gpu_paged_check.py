@@ -42,7 +42,7 @@ time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
    `decode_floor_s`: the same rollouts' decode at the bandwidth floor (the weights once per decode iteration,
    each row's context once per decode step: the engine's iterations and the K/V positions its rollouts' segments
    read), `over_floor`, and `floor_speedup_M{2,4,8}`: what an engine at the floor would gain on these rollouts
-   (`segment_floor.py` prices the workload the same way without a GPU: about 1.3x for M = 4).
+   (`segment_floor.py` prices the workload the same way without a GPU: M = 4 about 1.3x at the floor).
    `segment_rollout_64_rows`: the same with 8 groups x 8 per round, M = 1, 4, 8, each until 128 samples
    finished: a batch whose decode is mostly the weights' bytes, where the floor allows more (M = 8 1.6-1.9x).
 

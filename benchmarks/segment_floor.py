@@ -12,9 +12,11 @@ bytes, not from a run:
   and a small term here);
 - `floor+host`: plus the host's part of a decode step as `bench_host_step.py` measured it (on a CPU, the GPU path's
   code with the model's work taken out; `docs/bench_host_step.json`), fitted as a fixed and a per-row cost;
-- `2x floor+host`: the decode terms at the issue's decode target; `2.65x floor+host`: at flex's measured 2.6-2.7x
-  (H200, 2026-12-04);
-- `floor+4ms`: the floor plus 4 ms per iteration, about what the launch-bound engine paid (H200, 2026-11-30).
+- `2x floor+host`: the decode terms at the issue's decode target, `2.65x floor+host` at flex's measured 2.6-2.7x
+  (H200, 2026-12-04), both as if the cost above the floor grew with the bytes read;
+- `floor+0.5ms`, `floor+1ms`: the floor plus a cost per iteration that grows with neither rows nor contexts (on a
+  GPU: the latency of a step's hundreds of small kernels, even replayed from a graph; the host's step);
+  `floor+4ms`: about what the launch-bound engine paid per iteration (H200, 2026-11-30).
 
 The bandwidth is the one the check measured on the H200 (`docs/gpu_check_h200_2026-12-04.json`, mean of its two
 calls). The GPU check itself reports each M's `decode_floor_s` from the counts of its own rollouts
@@ -85,7 +87,7 @@ def cost_models(b: dict, bw: float) -> dict[str, CostModel]:
 
     return {"floor": scaled(1.0), "floor+host": scaled(1.0, host_fixed, host_row),
             "2x floor+host": scaled(2.0, host_fixed, host_row), "2.65x floor+host": scaled(2.65, host_fixed, host_row),
-            "floor+4ms": scaled(1.0, 4e-3)}
+            "floor+0.5ms": scaled(1.0, 0.5e-3), "floor+1ms": scaled(1.0, 1e-3), "floor+4ms": scaled(1.0, 4e-3)}
 
 
 def main() -> int:
