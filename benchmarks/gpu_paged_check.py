@@ -12,7 +12,9 @@ time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
    call of the engine's sampler for 256 rows of bfloat16 logits over the 0.5B shape's 151,936 tokens, with the
    rollout's and the paper's evaluation settings (`bench_sampler.py`): the part of a decode step the floor leaves out.
    `host_step`: ms per decode step of 64 and 256 rows at 2k with the model's work taken out (`bench_host_step.py`):
-   the host's part of a step, which the GPU waits for. `prefill`: ms per packed prefill of the 0.5B shape through
+   the host's part of a step, which the GPU waits for. `norm`: a step's 48 RMSNorms at 256 rows through the
+   transformers module and through the engine's one fused op (`runner._norm`), replayed from CUDA graphs: what
+   the fused kernel saves a step, and how far its bfloat16 outputs are from the module's. `prefill`: ms per packed prefill of the 0.5B shape through
    each prefill attention (`prefill_attention.py`: per-length SDPA, torch's `varlen_attn` in one call per layer),
    for 64 prompts of distinct lengths (12k tokens) and 4 continued samples of 1k-8k (15k tokens), the largest
    logit difference between the two, and which one `rollout.torch.prefill_attention=auto` took here.
@@ -311,6 +313,49 @@ PREFILL_CASES = {"prompts": [64 + 4 * i for i in range(64)], "continued": [1024,
 QUICK_PREFILL_CASES = {"prompts": [8 + i for i in range(8)], "continued": [32, 64, 96]}
 
 
+@torch.no_grad()
+def norm_paths(dev: torch.device, rows: int, hidden: int, layers: int, repeats: int = 20) -> dict:
+    """A decode step's RMSNorms (two a layer) over `rows` x `hidden` bfloat16, through the transformers module and
+    through the engine's `_norm` (one fused kernel on CUDA), each step replayed from a CUDA graph on CUDA (eager
+    elsewhere): ms per step each, and their outputs' largest difference in bfloat16 steps."""
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
+
+    from ulorl.rollout.engines.torch.runner import _norm
+
+    torch.manual_seed(0)
+    m = Qwen2RMSNorm(hidden, eps=1e-6).to(dev, torch.bfloat16)
+    m.weight.data.normal_(1.0, 0.5)
+    x = (torch.randn(rows, hidden, device=dev) * 3).to(torch.bfloat16)
+    out = {"rows": rows, "hidden": hidden, "norms_per_step": 2 * layers}
+    for name, norm in (("module", m), ("engine", lambda t: _norm(m, t))):
+        def step(norm=norm) -> None:
+            for _ in range(2 * layers):
+                norm(x)
+        run = step
+        if dev.type == "cuda":  # warm-up on a side stream, then capture (as graph_decoder.py does)
+            side = torch.cuda.Stream(dev)
+            side.wait_stream(torch.cuda.current_stream(dev))
+            with torch.cuda.stream(side):
+                step()
+            torch.cuda.current_stream(dev).wait_stream(side)
+            graph = torch.cuda.CUDAGraph()
+            with torch.cuda.graph(graph):
+                step()
+            run = graph.replay
+        times = []
+        for _ in range(repeats):
+            sync(dev)
+            t0 = time.perf_counter()
+            run()
+            sync(dev)
+            times.append(time.perf_counter() - t0)
+        out[f"{name}_ms"] = statistics.median(times) * 1000
+    ref = m(x).double()
+    steps = 2.0 ** (torch.floor(torch.log2(ref.abs().clamp_min(1e-30))) - 7)
+    out["max_diff_bf16_steps"] = float(((_norm(m, x).double() - ref).abs() / steps).max())
+    return out
+
+
 def prefill_paths(model, dev: torch.device, cases: dict[str, list[int]], repeats: int = 5) -> dict:
     """ms per packed prefill (`ModelRunner.prefill`, median of `repeats` after one untimed) of each case's sequence
     lengths through each prefill attention that runs here (`sdpa`; `varlen` when `auto` takes it), the largest
@@ -528,6 +573,14 @@ def main() -> int:
               file=sys.stderr, flush=True)
     except Exception as e:
         res["skipped"].append(f"sampler / host_step: {type(e).__name__}: {str(e)[:300]}")
+    try:  # a step's RMSNorms: the transformers module (8 operations each in bf16) against the engine's one op
+        small_shape = shapes["qwen2.5-0.5b"]
+        res["norm"] = nm = norm_paths(dev, 4 if q else 256, small_shape["hidden_size"],
+                                      small_shape["num_hidden_layers"])
+        print(f"norms per step: module {nm['module_ms']:.3f} ms, engine {nm['engine_ms']:.3f} ms, outputs within "
+              f"{nm['max_diff_bf16_steps']:.1f} bf16 steps", file=sys.stderr, flush=True)
+    except Exception as e:
+        res["skipped"].append(f"norm: {type(e).__name__}: {str(e)[:300]}")
     save()
 
     small = build_model(shapes["qwen2.5-0.5b"], dev, torch.bfloat16)

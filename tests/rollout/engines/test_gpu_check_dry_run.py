@@ -36,6 +36,9 @@ def test_every_part_of_the_gpu_check_gives_its_figures(tmp_path):
     assert [(s["rows"], s["setting"]) for s in p["sampler"]] == [(4, "rollout"), (4, "paper_eval")]
     assert all(s["ms"] > 0 for s in p["sampler"])
     assert [h["rows"] for h in p["host_step"]] == [4] and p["host_step"][0]["ms_per_step"] > 0
+    norm = p["norm"]  # CPU, bfloat16: the engine runs the module itself (the fused op is CUDA's)
+    assert norm["norms_per_step"] == 4 and norm["module_ms"] > 0 and norm["engine_ms"] > 0
+    assert norm["max_diff_bf16_steps"] == 0.0
     pf = p["prefill"]  # CPU: the per-length SDPA only (test_prefill_attention.py runs the varlen branch)
     assert pf["auto"] == "sdpa" and "CUDA kernel" in pf["varlen_not_run"]
     assert [c["case"] for c in pf["cases"]] == ["prompts", "continued"] and all(c["sdpa_ms"] > 0 for c in pf["cases"])

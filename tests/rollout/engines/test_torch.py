@@ -224,3 +224,28 @@ def test_the_engine_says_what_it_runs_at_a_runs_start(fresh, caplog):
     table = TorchEngine(model, [tok.eos_token_id], kv_cache_gib=0.01, block_size=8, decode_attention="gather")
     table.reserve(4, 100)
     assert "decode gather;" in table.describe()  # the table decoder's backend (after any fallback)
+
+
+def test_the_norm_is_one_fused_op_where_that_keeps_the_arithmetic():
+    """`runner._norm`: float32 through `F.rms_norm` (the module's own arithmetic: the same numbers); bfloat16 on CPU
+    through the module (CPU runs keep their floats); on CUDA in bfloat16 `F.rms_norm` too, whose float32-inside
+    arithmetic (here torch's CPU composite, the fused CUDA kernel's semantics) rounds once: within one bfloat16 step
+    of the module's output and within half a step of the float64 result, where the module's two roundings are not."""
+    from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
+
+    from ulorl.rollout.engines.torch.runner import _norm
+
+    torch.manual_seed(0)
+    m = Qwen2RMSNorm(96, eps=1e-6)
+    m.weight.data = torch.randn(96) * 0.5 + 1
+    x = torch.randn(64, 96) * 3
+    assert torch.allclose(_norm(m, x), m(x), rtol=1e-6, atol=1e-6)
+    m16, x16 = m.to(torch.bfloat16), x.to(torch.bfloat16)
+    assert torch.equal(_norm(m16, x16), m16(x16))
+
+    fused = torch.nn.functional.rms_norm(x16, (96,), m16.weight, 1e-6).double()
+    exact = x16.double() * torch.rsqrt(x16.double().pow(2).mean(-1, keepdim=True) + 1e-6) * m16.weight.double()
+    step = 2.0 ** (torch.floor(torch.log2(exact.abs().clamp_min(1e-30))) - 7)  # a bfloat16 step at each value
+    assert ((fused - m16(x16).double()).abs() / step).max() <= 1.0
+    assert ((fused - exact).abs() / step).max() <= 0.5 + 1e-6
+    assert ((m16(x16).double() - exact).abs() / step).max() > 0.5  # the module's second rounding shows

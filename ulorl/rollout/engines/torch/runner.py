@@ -57,10 +57,14 @@ def check_supported(model) -> None:
 
 
 def _norm(module, x: torch.Tensor) -> torch.Tensor:
-    """The model's RMSNorm; in float32 as one fused `F.rms_norm` (same arithmetic as the Llama/Qwen module, which
-    upcasts to float32 anyway, in one op instead of six: the norms are ~15% of a small model's decode step)."""
+    """The model's RMSNorm through `F.rms_norm` where that keeps the arithmetic or fuses it: in float32 on any
+    device (the Llama/Qwen module's own arithmetic, as it upcasts to float32 anyway; on CPU torch's composite runs
+    its six operations without the module's Python, on CUDA one fused kernel: the norms are ~15% of a small
+    model's decode step), and on CUDA in any dtype (the fused kernel, float32 inside: one kernel instead of the
+    module's eight in bfloat16, rounding once where the module rounds after normalising and again after the
+    weight, so the outputs differ by at most a bfloat16 step). Elsewhere (bfloat16 on CPU) the module itself."""
     eps = getattr(module, "variance_epsilon", None)
-    if eps is not None and x.dtype == torch.float32 and module.weight.dtype == torch.float32:
+    if eps is not None and x.dtype == module.weight.dtype and (x.dtype == torch.float32 or x.is_cuda):
         return F.rms_norm(x, (x.shape[-1],), module.weight, eps)
     return module(x)
 
