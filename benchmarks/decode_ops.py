@@ -6,8 +6,9 @@ counts the aten operations `ModelRunner.decode_table` dispatches for one step of
 layers in bfloat16 on a `cuda` device made of fake tensors (`torch._subclasses.fake_tensor`: shapes and
 dispatch, no memory, no GPU), so it needs a CUDA build of torch but no GPU. Two attentions: the gather (a
 library-only path, its own ~18 operations a layer) and a stand-in of one operation a layer (what flex and the
-Triton kernel launch is one to three), and two norms: the engine's `_norm` (torch's fused RMSNorm on CUDA) and
-the transformers module. Views and `prim` queries launch nothing and are not counted. Counts, not times: the same
+Triton kernel launch is one to three), for the engine's step and for it with what it replaced: the transformers
+RMSNorm module where `_norm` runs torch's fused kernel, and rotate_half where `_rope` rolls. Views and `prim`
+queries launch nothing and are not counted. Counts, not times: the same
 on every machine with the same torch.
 
     python benchmarks/decode_ops.py [--out docs/decode_ops.json]   # e.g. with torch 2.11.0's CUDA wheel
@@ -25,6 +26,8 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from benchlib import emit, machine
 from gpu_paged_check import SHAPES
 
+from ulorl.rollout.engines.torch import runner as runner_mod
+
 WIDTH = 8  # head_dim of the counted model (14 heads x 8): the count does not depend on widths
 
 
@@ -39,6 +42,29 @@ class CountKernels(TorchDispatchMode):
         name = str(func)
         self.kernels += not (func.is_view or name.startswith("prim.") or "_unsafe_view" in name)
         return func(*args, **(kwargs or {}))
+
+
+def module_norm(module, x):
+    """The transformers module's RMSNorm (eight operations a norm in bfloat16)."""
+    return module(x)
+
+
+def rotate_half_rope(x, cos, sin):
+    """transformers' formulation, `x * cos + rotate_half(x) * sin` (a neg and a cat where `_rope` rolls), given sin
+    itself (`_signed_sin` replaced by `plain_sin`)."""
+    half = x.shape[-1] // 2
+    return x * cos[:, None] + torch.cat((-x[..., half:], x[..., :half]), dim=-1) * sin[:, None]
+
+
+def plain_sin(sin):
+    return sin
+
+
+# the engine's step, and with what it replaced: {name: {runner function: its replacement}}
+ROTATE_HALF = {"_rope": rotate_half_rope, "_signed_sin": plain_sin}
+VARIANTS = {"engine": {"_norm": runner_mod._norm, "_rope": runner_mod._rope}, "module norm": {"_norm": module_norm},
+            "rotate_half": ROTATE_HALF,
+            "module norm, rotate_half (the engine before 2026-12-06)": {"_norm": module_norm, **ROTATE_HALF}}
 
 
 class OneOpAttention:
@@ -65,7 +91,6 @@ def main() -> int:
     from torch._subclasses.fake_tensor import FakeTensorMode
     from transformers import AutoConfig, AutoModelForCausalLM
 
-    from ulorl.rollout.engines.torch import runner as runner_mod
     from ulorl.rollout.engines.torch.kv_cache import PagedKVCache
     from ulorl.rollout.engines.torch.table_attention import GatherAttention
 
@@ -86,15 +111,13 @@ def main() -> int:
         step = [torch.zeros(n, dtype=torch.long, device=dev) for _ in range(3)]  # tokens, positions, slots
         table = torch.zeros(n, 4, dtype=torch.long, device=dev)
         ctx = torch.ones(n, dtype=torch.long, device=dev)
-        for norm in ("engine", "module"):
-            patch = mock.patch.object(runner_mod, "_norm", lambda module, x: module(x)) if norm == "module" \
-                else mock.patch.object(runner_mod, "_norm", runner_mod._norm)
-            for attention in (GatherAttention(), OneOpAttention()):
-                with patch, CountKernels() as c:
+        for name, replaced in VARIANTS.items():
+            for attention in (OneOpAttention(), GatherAttention()):
+                with mock.patch.multiple(runner_mod, **replaced), CountKernels() as c:
                     runner.decode_table(cache, *step, table, ctx, attention)
-                rows.append({"norm": norm, "attention": attention.name, "operations": c.kernels,
+                rows.append({"variant": name, "attention": attention.name, "operations": c.kernels,
                              "per_layer": c.kernels / cfg.num_hidden_layers})
-                print(f"norm {norm}, attention {attention.name}: {c.kernels} operations a step "
+                print(f"{name}, attention {attention.name}: {c.kernels} operations a step "
                       f"({c.kernels / cfg.num_hidden_layers:.1f} a layer)", file=sys.stderr)
     return emit({"rows": n, "layers": cfg.num_hidden_layers, "dtype": "bfloat16", "counts": rows,
                  "machine": machine()}, args.out)

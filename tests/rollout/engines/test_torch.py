@@ -249,3 +249,20 @@ def test_the_norm_is_one_fused_op_where_that_keeps_the_arithmetic():
     assert ((fused - m16(x16).double()).abs() / step).max() <= 1.0
     assert ((fused - exact).abs() / step).max() <= 0.5 + 1e-6
     assert ((m16(x16).double() - exact).abs() / step).max() > 0.5  # the module's second rounding shows
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_the_rotary_embedding_is_transformers_bit_for_bit(dtype):
+    """`runner._rope` rolls x and multiplies by sin with its first half negated, where transformers multiplies
+    rotate_half(x) = (-x_2, x_1) by sin: the sign moves, the numbers do not (compared for exact equality)."""
+    from transformers.models.qwen2.modeling_qwen2 import apply_rotary_pos_emb
+
+    from ulorl.rollout.engines.torch.runner import _rope, _signed_sin
+
+    torch.manual_seed(0)
+    q, k = torch.randn(5, 14, 64).to(dtype), torch.randn(5, 2, 64).to(dtype)
+    cos, sin = torch.randn(5, 64).to(dtype), torch.randn(5, 64).to(dtype)  # any values: no symmetry assumed
+    # transformers' layout: (batch, heads, positions, D), cos and sin (batch, positions, D)
+    q_ref, k_ref = apply_rotary_pos_emb(q.transpose(0, 1)[None], k.transpose(0, 1)[None], cos[None], sin[None])
+    assert torch.equal(_rope(q, cos, _signed_sin(sin)), q_ref[0].transpose(0, 1))
+    assert torch.equal(_rope(k, cos, _signed_sin(sin)), k_ref[0].transpose(0, 1))
