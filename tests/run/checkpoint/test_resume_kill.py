@@ -156,7 +156,8 @@ def _kill_and_resume(eos_model, tmp_path: Path, trials: list[str], *extra: str) 
         t0 = time.time()
         child = Child(ctx, resume_argv, tmp_path / f"trial{i}.log", env)
         expect = "no complete checkpoint" if before is None else f"resuming from .*step_{before:06d} "
-        assert child.wait_for(r"resuming from|no complete checkpoint"), child.text()
+        # the whole line (up to its newline): the log is read while the child writes it, so a line may be half there
+        assert child.wait_for(r"(resuming from|no complete checkpoint)[^\n]*\n"), child.text()
         assert re.search(expect, child.text()), f"trial {i}: expected {expect!r}\n{child.text()}"
         if trial == "timed":  # counted from the end of model loading: lands in a rollout, update or save
             child.wait_for(r"train data:")
