@@ -21,27 +21,14 @@ import sys
 from unittest import mock
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from benchlib import emit, machine
 from gpu_paged_check import SHAPES
+from prefill_ops import CountOps
 
 from ulorl.rollout.engines.torch import runner as runner_mod
 
 WIDTH = 8  # head_dim of the counted model (14 heads x 8): the count does not depend on widths
-
-
-class CountKernels(TorchDispatchMode):
-    """Counts the operations that launch work: not views, not `prim` queries (`prim.device`), not `_unsafe_view`."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.kernels = 0
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = str(func)
-        self.kernels += not (func.is_view or name.startswith("prim.") or "_unsafe_view" in name)
-        return func(*args, **(kwargs or {}))
 
 
 def module_norm(module, x):
@@ -113,7 +100,7 @@ def main() -> int:
         ctx = torch.ones(n, dtype=torch.long, device=dev)
         for name, replaced in VARIANTS.items():
             for attention in (OneOpAttention(), GatherAttention()):
-                with mock.patch.multiple(runner_mod, **replaced), CountKernels() as c:
+                with mock.patch.multiple(runner_mod, **replaced), CountOps() as c:
                     runner.decode_table(cache, *step, table, ctx, attention)
                 rows.append({"variant": name, "attention": attention.name, "operations": c.kernels,
                              "per_layer": c.kernels / cfg.num_hidden_layers})

@@ -320,6 +320,7 @@ def norm_paths(dev: torch.device, rows: int, hidden: int, layers: int, repeats: 
     elsewhere): ms per step each, and their outputs' largest difference in bfloat16 steps."""
     from transformers.models.qwen2.modeling_qwen2 import Qwen2RMSNorm
 
+    from ulorl.rollout.engines.torch.graph_decoder import capture_cuda_graph
     from ulorl.rollout.engines.torch.runner import _norm
 
     torch.manual_seed(0)
@@ -332,16 +333,8 @@ def norm_paths(dev: torch.device, rows: int, hidden: int, layers: int, repeats: 
             for _ in range(2 * layers):
                 norm(x)
         run = step
-        if dev.type == "cuda":  # warm-up on a side stream, then capture (as graph_decoder.py does)
-            side = torch.cuda.Stream(dev)
-            side.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.stream(side):
-                step()
-            torch.cuda.current_stream(dev).wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                step()
-            run = graph.replay
+        if dev.type == "cuda":
+            run = capture_cuda_graph(step, dev)[0].replay
         times = []
         for _ in range(repeats):
             sync(dev)

@@ -27,15 +27,18 @@ from ulorl.rollout.engines.torch.prefill_attention import SDPAPrefill, VarlenPre
 
 
 class CountOps(TorchDispatchMode):
-    """Counts the aten operations dispatched inside it (all, and those that are not views)."""
+    """Counts the aten operations dispatched inside it: all, and those that launch work (`kernels`: not views, not
+    `prim` queries such as `prim.device`, not `_unsafe_view`; the last two show on fake CUDA tensors,
+    `decode_ops.py`)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.all = self.kernels = 0
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = str(func)
         self.all += 1
-        self.kernels += not func.is_view
+        self.kernels += not (func.is_view or name.startswith("prim.") or "_unsafe_view" in name)
         return func(*args, **(kwargs or {}))
 
 

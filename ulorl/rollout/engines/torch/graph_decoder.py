@@ -68,6 +68,21 @@ def width_bucket(blocks: int) -> int:
     return 1 << max(blocks - 1, 0).bit_length()
 
 
+def capture_cuda_graph(step, device: torch.device, pool=None):
+    """`step()` run once on a side stream (as torch's CUDA-graph docs ask: kernels compile, workspaces are made),
+    then captured into a CUDA graph (in memory pool `pool`, None: a new one) -> (the graph, the captured call's
+    output). Capture records only: replay the graph for the output's values."""
+    side = torch.cuda.Stream(device)
+    side.wait_stream(torch.cuda.current_stream(device))
+    with torch.cuda.stream(side):
+        step()
+    torch.cuda.current_stream(device).wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        out = step()
+    return graph, out
+
+
 def _head_and_tail(text: str, head: int = 300, tail: int = 600) -> str:
     """An error's first and last characters: a compiler's traceback names the failing kernel first and the cause
     (out of shared memory, an unsupported shape) last."""
@@ -220,14 +235,7 @@ class TableDecoder:
         if self.mode is GraphMode.EMULATE:
             out = step()
             return (lambda: out.copy_(step())), out
-        side = torch.cuda.Stream(self.cache.device)  # warm-up on a side stream, as torch's CUDA-graph docs ask:
-        side.wait_stream(torch.cuda.current_stream(self.cache.device))  # kernels compile, workspaces are made
-        with torch.cuda.stream(side):
-            step()
-        torch.cuda.current_stream(self.cache.device).wait_stream(side)
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self.pool):
-            out = step()
+        graph, out = capture_cuda_graph(step, self.cache.device, self.pool)
         if self.pool is None:
             self.pool = graph.pool()
         graph.replay()  # capture records only: run it so `out` holds this step's logits
