@@ -27,7 +27,7 @@
 # OVERLAP (1 with ENGINE=torch): the training run again with train.pipeline=overlap, the learner process on
 # LEARNER_DEVICE (default: DEVICE, colocated; cuda:1 on a machine with two GPUs), into $OUT/run_overlap.
 # Results: $OUT/gpu_check.json (also $OUT/environment.json, $OUT/gpu_engine_check.json, $OUT/gpu_paged_check.json,
-# $OUT/run/metrics.jsonl).
+# $OUT/run/metrics.jsonl); with ENGINE=torch, its reading in $OUT/gpu_report.md (issue 26's targets, gpu_report.py).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -306,6 +306,16 @@ if (out / "gpu_learner_long.json").exists():
         print(f"gpu_check: learner_long L={r['length']}: predicted {r['predicted_increment_gib']:.2f} GiB, measured "
               f"{'-' if got is None else f'{got:.2f}'} GiB{' (' + r['skipped'] + ')' if 'skipped' in r else ''}")
 EOF
+fi
+# -- 7. the report: issue 26's targets met or not, the decode cost fitted to the decode table and what it prices
+# each M's segment rollout at (benchmarks/gpu_report.py), into $OUT/gpu_report.md and printed here, so that a
+# loan's output already says what the run found
+if [ "$ENGINE" = torch ] && [ "${PAGED:-1}" = 1 ]; then
+if "$PYTHON" benchmarks/gpu_report.py "$OUT/gpu_check.json" --out "$OUT/gpu_report.md" > /dev/null; then
+    awk 'NF && ++n <= 80' "$OUT/gpu_report.md" | cut -c1-400  # (awk reads it all: no early close under pipefail)
+else
+    FAILED="${FAILED:+$FAILED; }report (benchmarks/gpu_report.py)"
+fi
 fi
 if [ -n "$FAILED" ]; then
     echo "gpu_check: FAILED: $FAILED" >&2

@@ -502,7 +502,7 @@ def segment_rollout(model, dev, m: int, L: int, groups: int, target: int) -> dic
     return {"M": m, "samples": done, "seconds": dt, "samples_per_s": done / dt, "decoded_tokens_per_s": decoded / dt,
             "rounds": rounds, "mean_len": sum(lengths) / len(lengths), "max_len": max(lengths),
             "decode_iterations": st.decode_iterations - iterations0, "prefill_tokens": st.prefill_tokens - prefill0,
-            "context_tokens": context_reads(*zip(*segments)),
+            "context_tokens": context_reads(*zip(*segments)), "row_iterations": sum(n for _, n in segments),
             "preemptions": eng.stats.extra.get("preemptions", 0), "warm_up_s": warm_s,
             "fallbacks": eng.table.fallbacks if eng.table else [], "sampler": sampler_used(eng),
             "prefill_attention": eng.runner.prefill_attention.name}
@@ -588,6 +588,7 @@ def main() -> int:
     if dev.type == "cuda":
         torch.cuda.empty_cache()
     wb, bpt = weight_bytes(small), kv_bytes_per_token(small)
+    res["bytes"] = {"weights": wb, "kv_per_token": bpt}  # of the 0.5B shape (`gpu_report.py` prices with them)
     floor = lambda r: (wb + r["kv_bytes_read"]) / bw["bytes_per_s"] * 1000  # noqa: E731
     res["decode_paths"] = paths = decode_variants(small, dev, 4 if q else 256, 256 if q else 8192, 4 if q else 10,
                                                   floor, args.paths.split(","), args.paths_budget_s,

@@ -61,6 +61,10 @@ def test_every_part_of_the_gpu_check_gives_its_figures(tmp_path):
     assert set(e["long_decode"]) == {"64", "256"} and all(v["tokens_per_s"] > 0 for v in e["long_decode"].values())
     assert {"1", "4"} <= set(e["segment_rollout"])
 
+    report = (tmp_path / "gpu_report.md").read_text()  # its reading (gpu_report.py), also printed
+    assert "### Issue 26's targets" in report and "### Issue 26's targets" in proc.stdout
+    assert "Per iteration" in report and "| 8 | " in report  # the decode fit, and segment rollout's M = 8 row
+
     rows = r["learner_long"]["rows"]
     assert [row["length"] for row in rows] == [256, 512]
     assert all(row["update_s"] > 0 and row["grad_norm"] > 0 and row["predicted_total_gib"] > 0 for row in rows)

@@ -45,11 +45,13 @@ def test_context_reads_by_hand():
 def test_the_floor_counts_are_the_steps_the_engine_ran(m, monkeypatch):
     check = benchmark_module("gpu_paged_check")
     steps: list[int] = []  # K/V positions read by each decode step: every running row's context after its token
+    rows: list[int] = []  # the rows each decode step ran
     run_step = Scheduler._decode
 
     def counted(self):
         logits = run_step(self)
         steps.append(sum(s.cached for s in self.running))
+        rows.append(len(self.running))
         return logits
 
     monkeypatch.setattr(Scheduler, "_decode", counted)
@@ -58,3 +60,4 @@ def test_the_floor_counts_are_the_steps_the_engine_ran(m, monkeypatch):
     assert r["preemptions"] == 0 and r["samples"] >= 16 and r["rounds"] >= (1 if m == 1 else 2)
     assert r["decode_iterations"] == len(steps) > 0
     assert r["context_tokens"] == sum(steps)
+    assert r["row_iterations"] == sum(rows)  # the planner's `row_iters`, which `gpu_report.py` prices
