@@ -32,7 +32,7 @@ from ulorl.algo.logprobs import chunked_logprobs_entropy
 from ulorl.config import AlgoConfig, TrainConfig
 from ulorl.learners.micro_batch import MicroBatch, collate_padded, make_micro_batches, zero_loss_micro_batch
 from ulorl.learners.optimizers import make_optimizer
-from ulorl.learners.varlen import install_varlen, packed_forward
+from ulorl.learners.varlen import ATTN_NAME, install_varlen, packed_forward, packed_kernel
 from ulorl.trajectory import Trajectory
 
 __all__ = ["LocalLearner", "MicroBatch", "make_micro_batches", "zero_loss_micro_batch"]
@@ -48,8 +48,11 @@ class LocalLearner:
         self.params = [p for p in model.parameters() if p.requires_grad]
         self.optimizer = make_optimizer(self.params, train)
         self.entropy_mask = ENTROPY_MASKS[EntropyMaskMode(algo.entropy_mask)]
-        # packed rows: attention once per sample (ulorl.learners.varlen) where the model's attention allows it
+        # packed rows: attention once per sample (ulorl.learners.varlen) where the model's attention allows it, or
+        # once per row through torch's varlen_attn where it runs (CUDA, bf16/fp16: `packed_kernel`, probed once)
         self._varlen = train.packing and train.sequence_parallel == 1 and install_varlen(model)
+        ours = self._varlen and model.config._attn_implementation == ATTN_NAME  # (not flash-attn's own)
+        self.packed_kernel = packed_kernel(model, train.device, train.autocast) if ours else None
 
     # -- forward ---------------------------------------------------------------------------------
     def forward(self, mb: MicroBatch) -> tuple[torch.Tensor, torch.Tensor]:
@@ -67,6 +70,8 @@ class LocalLearner:
         if mb.seq_bounds is not None and self._varlen:  # several samples in the row
             n = int((mb.seq_bounds[1:] - mb.seq_bounds[:-1]).max())
             varlen = dict(cu_seq_lens_q=mb.seq_bounds, cu_seq_lens_k=mb.seq_bounds, max_length_q=n, max_length_k=n)
+            if self.packed_kernel is not None:
+                varlen["packed_kernel"] = self.packed_kernel
         with self._autocast(), packed_forward() if varlen else contextlib.nullcontext():
             return self.model.base_model(input_ids=mb.input_ids, attention_mask=mb.attention_mask,
                                          position_ids=mb.position_ids, use_cache=False, **varlen).last_hidden_state

@@ -8,12 +8,12 @@ Two layouts (`train.packing`), the same loss and gradient (tested to 1e-5):
   for each sample, no attention mask, and the samples' boundaries (`seq_bounds`, passed to the model as
   flash-attn's `cu_seq_lens_q/k`). RoPE sees each sample's own positions; each sample attends only within
   itself: `flash_attention_2` reads the boundaries natively (varlen), and an `sdpa` model is routed through
-  `ulorl.learners.varlen` (sdpa once per sample, no mask). Any other attention gets transformers' own
-  reading of the restarting position ids (`masking_utils.find_packed_sequence_indices`): a dense `S x S`
-  block-causal mask over the whole row (measured on CPU: 3x the padded update at 4,096 tokens).
-  `flex_attention` has no CPU backward and `torch.nn.attention.varlen.varlen_attn` no CPU kernel (torch
-  2.13). No pad token at all. Rows are filled first-fit in
-  decreasing length; a row of one sample is plain causal attention.
+  `ulorl.learners.varlen` (sdpa once per sample, no mask; on CUDA in bf16 / fp16, torch's `varlen_attn` once
+  per row where its probe passes). Any other attention gets transformers' own reading of the restarting
+  position ids (`masking_utils.find_packed_sequence_indices`): a dense `S x S` block-causal mask over the whole
+  row (measured on CPU: 3x the padded update at 4,096 tokens). `flex_attention` has no CPU backward and
+  `torch.nn.attention.varlen.varlen_attn` no CPU kernel (torch 2.13). No pad token at all. Rows are filled
+  first-fit in decreasing length; a row of one sample is plain causal attention.
 
 A sample longer than the budget is never split (its attention needs all of its positions in one pass):
 it gets a micro-batch of its own, so the budget is then per sample. Samples the overlong policy filtered

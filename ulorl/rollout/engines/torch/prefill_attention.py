@@ -14,17 +14,15 @@ layer, with a layout of the stream computed once per prefill (`layout`), read by
   instead of S calls of ~7 kernels each (gathers, repeats for GQA, SDPA, scatter; `benchmarks/prefill_ops.py`),
   which matters when a round re-prefills many continued samples or prefills many short prompts.
 
-`varlen_attn`'s keywords changed between torch releases: 2.10 took `is_causal`, 2.11 `window_size=(-1, 0)` for
-causal attention, 2.13 also `enable_gqa` (without it K/V must have the query's head count). `VarlenPrefill` reads
-the signature of the installed function and passes what it accepts; on a torch without `enable_gqa` the K/V heads
-go to flash attention as they are, which takes any divisor of the query heads. `prefill_backend("auto", ...)`
-tries the varlen call once on a tiny input of the model's shape before choosing it, so a torch or device where it
-fails falls back to `sdpa` with a warning at the engine's start, not in the middle of a rollout.
+`varlen_attn`'s keywords changed between torch releases; `VarlenPrefill` passes what the installed function accepts
+(`ulorl.models.varlen_kernel`, shared with the learner's packed micro-batches); on a torch without `enable_gqa` the
+K/V heads go to flash attention as they are, which takes any divisor of the query heads. `prefill_backend("auto",
+...)` tries the varlen call once on a tiny input of the model's shape before choosing it, so a torch or device where
+it fails falls back to `sdpa` with a warning at the engine's start, not in the middle of a rollout.
 """
 
 from __future__ import annotations
 
-import inspect
 import itertools
 import warnings
 from dataclasses import dataclass
@@ -33,9 +31,9 @@ import torch
 import torch.nn.functional as F
 
 from ulorl.errors import check_choice
+from ulorl.models.varlen_kernel import HALF, causal_keywords, varlen_attn
+from ulorl.models.varlen_kernel import varlen_unavailable as kernel_unavailable
 from ulorl.rollout.engines.registry import PrefillAttention
-
-HALF = (torch.float16, torch.bfloat16)
 
 
 class SDPAPrefill:
@@ -72,25 +70,6 @@ class VarlenLayout:
     max_len: int
 
 
-def _varlen_attn():
-    """torch's `varlen_attn`, or an ImportError naming the torch that lacks it (added in 2.10)."""
-    try:
-        from torch.nn.attention.varlen import varlen_attn
-    except ImportError as e:
-        raise ImportError(f"rollout.torch.prefill_attention=varlen needs torch.nn.attention.varlen.varlen_attn "
-                          f"(torch >= 2.10; this is {torch.__version__}): {e}") from e
-    return varlen_attn
-
-
-def _causal_keywords(fn) -> dict:
-    """The keywords that make `fn` (a `varlen_attn`) causal with native GQA, by what its signature accepts."""
-    params = inspect.signature(fn).parameters
-    kw = {"window_size": (-1, 0)} if "window_size" in params else {"is_causal": True}
-    if "enable_gqa" in params:
-        kw["enable_gqa"] = True
-    return kw
-
-
 class VarlenPrefill:
     """torch's `varlen_attn` (flash attention's varlen kernel) over the whole stream: one call per layer."""
 
@@ -98,8 +77,8 @@ class VarlenPrefill:
 
     def __init__(self, fn=None) -> None:
         """`fn`: the `varlen_attn` to call (default torch's; tests pass a stand-in with the same signature)."""
-        self.fn = fn or _varlen_attn()
-        self.keywords = _causal_keywords(self.fn)
+        self.fn = fn or varlen_attn()
+        self.keywords = causal_keywords(self.fn)
 
     def layout(self, lens: list[int], device: torch.device) -> VarlenLayout:
         return VarlenLayout(torch.tensor([0, *itertools.accumulate(lens)], dtype=torch.int32, device=device),
@@ -114,17 +93,8 @@ class VarlenPrefill:
 
 def varlen_unavailable(device: torch.device, dtype: torch.dtype, head_dim: int) -> str | None:
     """Why `varlen` cannot run for a model of `dtype` and `head_dim` on `device`, or None when it can."""
-    if device.type != "cuda":
-        return f"varlen_attn calls flash attention's CUDA kernel (this engine's device: {device.type})"
-    if dtype not in HALF:
-        return f"flash attention has no {dtype} kernel (float16 and bfloat16 only: set rollout.dtype=bfloat16)"
-    if head_dim % 8 or head_dim > 256:
-        return f"flash attention takes head sizes that are multiples of 8 up to 256 (this model's: {head_dim})"
-    try:
-        _varlen_attn()
-    except ImportError as e:
-        return str(e)
-    return None
+    why = kernel_unavailable(device, dtype, head_dim)
+    return f"{why}: set rollout.dtype=bfloat16" if why and dtype not in HALF and device.type == "cuda" else why
 
 
 def _probe(backend: VarlenPrefill, device: torch.device, dtype: torch.dtype, heads: int, kv_heads: int,
