@@ -289,7 +289,9 @@ fi
 # The Qwen2.5-0.5B shape with random weights (benchmarks/gpu_learner_long_check.py): one 32k-token sample, then
 # 64k when predicted to fit, forward and backward with gradient checkpointing (float32 weights, bf16 autocast);
 # peak CUDA memory against `ulorl plan --memory`'s prediction into $OUT/gpu_check.json ("learner_long"; about
-# 1 minute). DEVICE=cpu: 2 layers, 256 and 512 tokens (the plumbing only). LEARNER_LONG=0 skips it.
+# 1 minute); then a packed row of 16 x 2,048 tokens through SDPA per sample and through torch's varlen_attn
+# ("packed": seconds per update, gradient norms). DEVICE=cpu: 2 layers, 256 and 512 tokens, 4 x 128 (the plumbing
+# only). LEARNER_LONG=0 skips it.
 if [ "${LEARNER_LONG:-1}" = 1 ]; then
 timeout "${LEARNER_LONG_TIMEOUT:-75}" "$PYTHON" benchmarks/gpu_learner_long_check.py --device "$DEVICE" \
     --out "$OUT/gpu_learner_long.json" \
@@ -305,6 +307,10 @@ if (out / "gpu_learner_long.json").exists():
         got = r.get("measured_increment_gib")
         print(f"gpu_check: learner_long L={r['length']}: predicted {r['predicted_increment_gib']:.2f} GiB, measured "
               f"{'-' if got is None else f'{got:.2f}'} GiB{' (' + r['skipped'] + ')' if 'skipped' in r else ''}")
+    packed = json.loads((out / "gpu_learner_long.json").read_text()).get("packed", {})
+    print(f"gpu_check: learner packed row: " + ", ".join(f"{k} {v['update_s']:.2f} s per update"
+                                                         for k, v in packed.get("kernels", {}).items())
+          + f" (chosen: {packed.get('chosen', '-')}){' ' + packed['error'] if 'error' in packed else ''}")
 EOF
 fi
 # -- 7. the report: issue 26's targets met or not, the decode cost fitted to the decode table and what it prices

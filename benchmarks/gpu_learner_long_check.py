@@ -8,10 +8,15 @@ the prediction fits the GPU): `torch.cuda.max_memory_allocated()` minus what was
 against `ulorl.plan.memory.learner_memory(...)["update_increment"]`, and the whole peak against its
 `total_device`.
 
+Then `packed`: one packed row of 16 samples of 2,048 tokens (a micro-batch of short answers), one update through
+each attention of packed rows (`ulorl.learners.varlen`): SDPA per sample, and torch's `varlen_attn` once per layer
+where the learner chose it (`packed_kernel`: CUDA, bf16, a probe that agrees with SDPA); seconds per update (the
+second of two) and the gradient norms side by side.
+
     python benchmarks/gpu_learner_long_check.py --device cuda --out OUT/gpu_learner_long.json
     python benchmarks/gpu_learner_long_check.py --device cpu --out /tmp/x.json   # dry run: 2 layers, 512 tokens
 
-The JSON (also printed on the last line) has one row per L.
+The JSON (rewritten after each part, and printed on the last line) has one row per L, and `packed`.
 """
 
 from __future__ import annotations
@@ -75,6 +80,11 @@ def main() -> int:
     ln.update([sample(256, shape["vocab_size"], seed=1)], 1)  # AdamW state allocated
     gpu_bytes = torch.cuda.get_device_properties(0).total_memory if cuda else None
     rows = []
+    result = {"check": "learner_long", "device": args.device, "model": shape, "params": m.params,
+              "settings": {"dtype": "float32", "autocast": train.autocast, "gradient_checkpointing": True,
+                           "logit_chunk": 4096, "attn": "sdpa"},
+              "gpu": torch.cuda.get_device_name(0) if cuda else None, "rows": rows}
+    save = lambda: args.out and Path(args.out).write_text(json.dumps(result, indent=1))  # noqa: E731
     for L in lengths:
         s = LearnerSetup(tokens=L, weight_bytes=4, autocast=cuda, checkpointing=True, logit_chunk=4096)
         pred = learner_memory(m, s)
@@ -98,15 +108,46 @@ def main() -> int:
         row.update(update_s=time.perf_counter() - t0, grad_norm=metrics["actor/grad_norm"],
                    skipped_update=metrics["actor/skipped"])
         rows.append(row)
+        save()
         print(json.dumps(row), file=sys.stderr, flush=True)
-    result = {"check": "learner_long", "device": args.device, "model": shape, "params": m.params,
-              "settings": {"dtype": "float32", "autocast": train.autocast, "gradient_checkpointing": True,
-                           "logit_chunk": 4096, "attn": "sdpa"},
-              "gpu": torch.cuda.get_device_name(0) if cuda else None, "rows": rows}
-    if args.out:
-        Path(args.out).write_text(json.dumps(result, indent=1))
+    try:  # recorded, never fatal: the long rows are this check's figures
+        result["packed"] = packed_row(ln, shape["vocab_size"], *((16, 2048) if cuda else (4, 128)), cuda)
+        print(json.dumps(result["packed"]), file=sys.stderr, flush=True)
+    except Exception as e:
+        result["packed"] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+    save()
     print(json.dumps(result))
     return 0
+
+
+def packed_row(ln, vocab: int, samples: int, length: int, cuda: bool) -> dict:
+    """One packed row of `samples` x `length` tokens through each kernel of packed rows the learner has here:
+    seconds per update (the second of two, after the first's warm-up) and its gradient norm."""
+    chosen = ln.packed_kernel
+    batch = [sample(length, vocab, seed=100 + i) for i in range(samples)]
+    for i, t in enumerate(batch):  # rewards that differ within the group: non-zero advantages, a real gradient
+        t.reward = float(i % 2)
+    out = {"samples": samples, "length": length, "chosen": chosen, "kernels": {}}
+    for kernel in dict.fromkeys(["sdpa", chosen]):  # (chosen: "sdpa" or "varlen")
+        ln.packed_kernel = kernel
+        times, norms = [], []
+        for _ in range(2):
+            if cuda:
+                torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            metrics = ln.update(batch, 1)
+            if cuda:
+                torch.cuda.synchronize()
+            times.append(time.perf_counter() - t0)
+            norms.append(metrics["actor/grad_norm"])
+        out["kernels"][kernel] = {"update_s": times[-1], "update_s_passes": times, "grad_norm": norms[-1],
+                                  "micro_batches": metrics["actor/micro_batches"]}
+    ln.packed_kernel = chosen
+    k = out["kernels"]
+    if "varlen" in k:
+        out["speedup"] = k["sdpa"]["update_s"] / k["varlen"]["update_s"]
+        out["grad_norm_rel_diff"] = abs(k["varlen"]["grad_norm"] / k["sdpa"]["grad_norm"] - 1)
+    return out
 
 
 if __name__ == "__main__":

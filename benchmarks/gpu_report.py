@@ -286,6 +286,14 @@ def other_parts(p: dict) -> list[str]:
     if corr:
         out.append(f"engine check: float32 log-probs within {corr['max_abs_diff']:.2e} of the learner's "
                    f"(tolerance {corr['tolerance']:g}: {'ok' if corr['ok'] else 'FAILED'})")
+    packed = summary.get("learner_long", {}).get("packed")
+    if packed and "kernels" in packed:
+        times = [f"{k} {v['update_s']:.2f} s per update (grad norm {v['grad_norm']:.4g})"
+                 for k, v in packed["kernels"].items()]
+        out.append(f"learner, a packed row of {packed['samples']} x {packed['length']:,} tokens: {', '.join(times)}; "
+                   f"chosen: {packed['chosen']}")
+    elif packed:
+        out.append(f"learner, a packed row: {packed.get('error', '-')}")
     for r in summary.get("learner_long", {}).get("rows", []):
         got = r.get("measured_increment_gib")
         out.append(f"learner, one {r['length']:,}-token sample: predicted {r['predicted_increment_gib']:.2f} GiB, "

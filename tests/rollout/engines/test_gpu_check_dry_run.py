@@ -68,3 +68,7 @@ def test_every_part_of_the_gpu_check_gives_its_figures(tmp_path):
     rows = r["learner_long"]["rows"]
     assert [row["length"] for row in rows] == [256, 512]
     assert all(row["update_s"] > 0 and row["grad_norm"] > 0 and row["predicted_total_gib"] > 0 for row in rows)
+    packed = r["learner_long"]["packed"]  # CPU: SDPA per sample only (varlen_attn is CUDA's)
+    assert packed["chosen"] == "sdpa" and list(packed["kernels"]) == ["sdpa"], packed
+    assert packed["kernels"]["sdpa"]["grad_norm"] > 0 and packed["kernels"]["sdpa"]["micro_batches"] == 1
+    assert "a packed row of 4 x 128 tokens" in report
