@@ -8,7 +8,8 @@ every module it reaches, so an allowed module that starts importing the run fail
 A package's `__init__` is followed when it is imported by name (`from ulorl.tasks import ...`),
 not when one of its submodules is (`from ulorl.reward.extract import ...`).
 
-The algorithm layer imports no config: `ulorl.algo` imports nothing from `ulorl` outside itself.
+The algorithm layer imports no config: `ulorl.algo` imports nothing from `ulorl` outside itself, nor do the
+kernel helpers shared by the engine and the learner (`ulorl.kernels`).
 Data imports no engine: `ulorl.data` reaches only itself, the built-in tasks, the errors and its
 config section (cleaning, which samples models, sits above it in `ulorl.cleaning`).
 The loop drives rollout, never the reverse: `ulorl.rollout` reaches nothing of the run wing
@@ -145,6 +146,8 @@ def _members(package: str) -> list[str]:
 # layer -> what it may reach: itself plus these (names, or package prefixes ending in ".")
 LEAF_RULES = {
     "ulorl.algo": ("ulorl.algo", "ulorl.algo."),  # algo imports no config: hyper-parameters arrive as arguments
+    # kernel helpers shared by the engine and the learner: importing them checks or loads nothing else of ulorl
+    "ulorl.kernels": ("ulorl.kernels", "ulorl.kernels."),
     # data imports no engine, reward, evaluation or model
     "ulorl.data": ("ulorl.data", "ulorl.data.", "ulorl.tasks", "ulorl.tasks.", "ulorl.errors", "ulorl.config.data",
                    "ulorl.config.loader", "ulorl.config.hints"),

@@ -14,7 +14,7 @@ reuses it. Cost: attention work `sum(len_i^2)` as in the padded layout, plus one
 and layer.
 
 On CUDA the whole row can take one call per layer instead: torch's `varlen_attn` (flash attention's varlen kernel,
-`ulorl.models.varlen_kernel`), in the autocast dtype (bfloat16 / float16; q, k, v are cast to it as SDPA's autocast
+`ulorl.kernels.varlen`), in the autocast dtype (bfloat16 / float16; q, k, v are cast to it as SDPA's autocast
 would), with a backward. `packed_kernel` chooses it once per learner, where it runs for the model's head shape and
 dtype and a probe on two short sequences (forward and backward) agrees with SDPA; elsewhere (CPU, float32, a probe
 that fails, with a warning) SDPA per sample. The choice travels with each packed forward as the keyword
@@ -30,7 +30,7 @@ from types import SimpleNamespace
 
 import torch
 
-from ulorl.models.varlen_kernel import causal_keywords, varlen_attn, varlen_unavailable
+from ulorl.kernels.varlen import causal_keywords, varlen_attn, varlen_unavailable
 
 ATTN_NAME = "ulorl_varlen"
 NATIVE_VARLEN = ("flash_attention_2", "flash_attention_3")  # read cu_seq_lens_q themselves

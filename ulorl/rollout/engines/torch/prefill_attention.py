@@ -15,7 +15,7 @@ layer, with a layout of the stream computed once per prefill (`layout`), read by
   which matters when a round re-prefills many continued samples or prefills many short prompts.
 
 `varlen_attn`'s keywords changed between torch releases; `VarlenPrefill` passes what the installed function accepts
-(`ulorl.models.varlen_kernel`, shared with the learner's packed micro-batches); on a torch without `enable_gqa` the
+(`ulorl.kernels.varlen`, shared with the learner's packed micro-batches); on a torch without `enable_gqa` the
 K/V heads go to flash attention as they are, which takes any divisor of the query heads. `prefill_backend("auto",
 ...)` tries the varlen call once on a tiny input of the model's shape before choosing it, so a torch or device where
 it fails falls back to `sdpa` with a warning at the engine's start, not in the middle of a rollout.
@@ -31,8 +31,8 @@ import torch
 import torch.nn.functional as F
 
 from ulorl.errors import check_choice
-from ulorl.models.varlen_kernel import HALF, causal_keywords, varlen_attn
-from ulorl.models.varlen_kernel import varlen_unavailable as kernel_unavailable
+from ulorl.kernels.varlen import HALF, causal_keywords, varlen_attn
+from ulorl.kernels.varlen import varlen_unavailable as kernel_unavailable
 from ulorl.rollout.engines.registry import PrefillAttention
 
 

@@ -8,9 +8,9 @@ sequence) makes one call per sequence.
 
 `varlen_attn` is CUDA only, in float16 / bfloat16 (flash attention has no float32 kernel), for head sizes that
 are multiples of 8 up to 256. Its keywords changed between torch releases: 2.10 took `is_causal`, 2.11
-`window_size=(-1, 0)` for causal attention, 2.13 also `enable_gqa` (without it K/V must have the query's head
-count, or, as flash attention itself takes, any divisor of it). `causal_keywords` reads the installed function's
-signature and gives what it accepts.
+`window_size=(-1, 0)` for causal attention, 2.13 also `enable_gqa` (without it 2.13 refuses fewer K/V heads than
+query heads; 2.11, which has no such keyword, hands them to flash attention as they are, which takes any divisor of
+the query heads). `causal_keywords` reads the installed function's signature and gives what it accepts.
 """
 
 from __future__ import annotations
