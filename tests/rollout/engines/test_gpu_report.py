@@ -18,8 +18,9 @@ BW, WB, BPT = 4e12, 988_065_536.0, 12288.0  # bytes/s; the 0.5B shape's weight b
 FIXED, ROW, CTX = WB / BW + 0.5e-3, 2e-6, 2 * BPT / BW
 
 
-def made_run(over_2k: float | None = None) -> dict:
-    """A gpu_paged_check.json whose decode table and rollouts cost exactly FIXED, ROW and CTX."""
+def made_run(over_256: float | None = None) -> dict:
+    """A gpu_paged_check.json whose decode table and rollouts cost exactly FIXED, ROW and CTX (with `over_256`, its
+    256-row decode points at that multiple of their floors instead)."""
     decode = []
     for rows in (64, 256):
         for ctx in (2048, 8192, 32768):
@@ -28,9 +29,8 @@ def made_run(over_2k: float | None = None) -> dict:
             floor = 1000 * (WB + kv) / BW
             decode.append({"rows": rows, "context": ctx, "ms_per_iteration": ms, "kv_bytes_read": kv,
                            "floor_ms": floor, "over_floor": ms / floor})
-    if over_2k is not None:  # the 256 x 2k point at this multiple of its floor
-        r = decode[3]
-        r["ms_per_iteration"], r["over_floor"] = over_2k * r["floor_ms"], over_2k
+    for r in decode[3:] if over_256 is not None else []:
+        r["ms_per_iteration"], r["over_floor"] = over_256 * r["floor_ms"], over_256
 
     def seg(m: int, iterations: int, rows: int, ctx: float, samples: int, rest_s: float) -> dict:
         decode_s = FIXED * iterations + ROW * rows + CTX * ctx
@@ -91,10 +91,17 @@ def test_the_shape_bytes_of_an_older_check_come_from_its_floors():
 @pytest.mark.parametrize("over, met", [(1.9, True), (2.1, False)])
 def test_the_targets_read_met_or_not(over, met):
     report = benchmark_module("gpu_report")
-    run = made_run(over_2k=over)
+    run = made_run(over_256=over)
     decode, segment, slots = report.targets(run)
-    assert decode[2] is (met and all(r["over_floor"] <= 2 for r in run["decode"][3:]))
-    assert f"2k: {run['decode'][3]['ms_per_iteration']:.2f} ms" in decode[1] and f"({over:.2f}x)" in decode[1]
+    assert decode[2] is met
+    assert f"2k: {run['decode'][3]['ms_per_iteration']:.2f} ms" in decode[1] and "32k: " in decode[1]
+    assert decode[1].count(f"({over:.2f}x)") == 3
+    run["decode"][5]["over_floor"] = 2.5  # one context over the target: not met
+    assert report.targets(run)[0][2] is False
+    del run["decode"][5]  # a context not run is named, and the others decide
+    run["skipped"] = ["decode 256 x 32768: KV over 80% of free memory"]
+    decode = report.targets(run)[0]
+    assert decode[2] is met and "32768 not run (KV over 80% of free memory)" in decode[1]
     assert segment[2] is (run["segment_rollout"]["speedup_M4"] >= 1.6)
     assert slots[2] is True and "0 preemptions" in slots[1]
     run["slots_vs_paged"]["preemptions"] = 3
