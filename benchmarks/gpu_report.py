@@ -18,7 +18,7 @@ writes:
    `fixed_ms_for_target`: the cost per iteration, above the fitted one, at which M = 4's decode would reach 1.6x
    with the fitted per-row and per-token costs (docs/scale.md: the ratio depends on that split).
 3. The per-M table, the decode paths side by side, and one line each for the other parts (sampler, host step,
-   norms, prefill, the engine check's log-probs, the learner's long sample).
+   norms, prefill, the engine check's log-probs, the learner's long samples and its packed row).
 
 Missing parts (a run cut short, an older check) read "not measured"; nothing is guessed.
 
@@ -37,7 +37,7 @@ sys.path.insert(0, str(ROOT))
 
 from ulorl.plan.cost import CostError, CostModel, fit_linear  # noqa: E402
 
-DECODE_TARGET = 2.0  # ms per iteration over the floor at 256 rows, at most
+DECODE_TARGET = 2.0  # a decode iteration's ms over its floor's at 256 rows, at most
 SEGMENT_TARGET = 1.6  # M = 4's trained samples per second over M = 1's, at least
 DECODE_FREE = ["decode_fixed", "decode_row", "decode_ctx"]  # the fitted cost fields
 
