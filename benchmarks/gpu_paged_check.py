@@ -14,10 +14,11 @@ time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
    `host_step`: ms per decode step of 64 and 256 rows at 2k with the model's work taken out (`bench_host_step.py`):
    the host's part of a step, which the GPU waits for. `norm`: a step's 48 RMSNorms at 256 rows through the
    transformers module and through the engine's one fused op (`runner._norm`), replayed from CUDA graphs: what
-   the fused kernel saves a step, and how far its bfloat16 outputs are from the module's. `prefill`: ms per packed prefill of the 0.5B shape through
-   each prefill attention (`prefill_attention.py`: per-length SDPA, torch's `varlen_attn` in one call per layer),
-   for 64 prompts of distinct lengths (12k tokens) and 4 continued samples of 1k-8k (15k tokens), the largest
-   logit difference between the two, and which one `rollout.torch.prefill_attention=auto` took here.
+   the fused kernel saves a step, and how far its bfloat16 outputs are from the module's. `prefill`: ms per
+   packed prefill of the 0.5B shape through each prefill attention (`prefill_attention.py`: per-length SDPA,
+   torch's `varlen_attn` in one call per layer), for 64 prompts of distinct lengths (12k tokens) and 4 continued
+   samples of 1k-8k (15k tokens), the largest logit difference between the two, and which one
+   `rollout.torch.prefill_attention=auto` took here.
 2. `decode_paths`: one decode point (256 rows x 8k) through every decode path of the torch engine, side by side
    (`VARIANT_NAMES`, `--paths`: flex_attention and the gather, with CUDA graphs; flex without; the split-K plan of
    the CPU; flex with graphs over KV blocks of 128 tokens, with full blocks, with other Triton settings; our

@@ -85,9 +85,10 @@ def main() -> int:
               file=sys.stderr)
     for dtype in (torch.bfloat16, torch.float32):  # the fused sampler at the 0.5B shape's vocabulary
         kernels = compile_sample(dtype, 256, SHAPES["qwen2.5-0.5b"]["vocab_size"], args.arch)
-        rows.append({"path": "fused sampler", "shape": "qwen2.5-0.5b", "rows": 256, "dtype": str(dtype)[6:],
+        name = str(dtype).removeprefix("torch.")
+        rows.append({"path": "fused sampler", "shape": "qwen2.5-0.5b", "rows": 256, "dtype": name,
                      "vocab": SHAPES["qwen2.5-0.5b"]["vocab_size"], "kernels": [k.as_dict() for k in kernels]})
-        print(f"{'fused sampler':<36} {str(dtype)[6:]:<13} 256 rows      " + resources(kernels), file=sys.stderr)
+        print(f"{'fused sampler':<36} {name:<13} 256 rows      " + resources(kernels), file=sys.stderr)
     kernels = [k for r in rows for k in r["kernels"]]
     result = {"benchmark": "triton_aot_check", "arch": args.arch, "triton": triton.__version__,
               "machine": machine(), "compile_s": round(time.perf_counter() - t0, 1), "builds": rows,

@@ -44,8 +44,6 @@ INTERPRETING = triton_interpreting()
 patch_interpreter()
 
 
-
-
 @triton.jit
 def _slice_kernel(Q, K, V, TABLE, CTX, OP, LP,
                   s_qb, s_qh, s_qg, s_kh, s_kt, s_vh, s_vt, s_tb,
