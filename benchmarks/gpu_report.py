@@ -71,29 +71,14 @@ def load_runs(path: Path) -> dict[str, dict]:
     return runs
 
 
-def shape_bytes(p: dict) -> tuple[float, float] | None:
-    """(weight bytes, K/V bytes a token) of the decode model: recorded (`bytes`), else worked out from a decode row
-    (its floor is weights + K/V read over the bandwidth) and a segment rollout (its floor adds K/V per position)."""
-    if "bytes" in p:
-        return float(p["bytes"]["weights"]), float(p["bytes"]["kv_per_token"])
-    bw = p.get("bandwidth", {}).get("bytes_per_s")
-    rows = [r for r in p.get("decode", []) if "floor_ms" in r]
-    seg = p.get("segment_rollout", {}).get("1", {})
-    if not (bw and rows and "decode_floor_s" in seg and seg.get("context_tokens")):
-        return None
-    wb = rows[0]["floor_ms"] / 1000 * bw - rows[0]["kv_bytes_read"]
-    return wb, (seg["decode_floor_s"] * bw - seg["decode_iterations"] * wb) / seg["context_tokens"]
-
-
 def decode_counts(r: dict, bpt: float) -> dict[str, float]:
     """The planner's counts of one decode-table row (one iteration of `rows` rows reading `kv_bytes_read`)."""
     return {"iterations": 1.0, "row_iters": float(r["rows"]), "ctx_sum": r["kv_bytes_read"] / bpt}
 
 
 def segment_counts(r: dict) -> dict[str, float]:
-    """The planner's decode counts of one segment-rollout run (older checks lack `row_iterations`: decoded tokens)."""
-    rows = r.get("row_iterations", r["decoded_tokens_per_s"] * r["seconds"])
-    return {"iterations": float(r["decode_iterations"]), "row_iters": float(rows),
+    """The planner's decode counts of one segment-rollout run."""
+    return {"iterations": float(r["decode_iterations"]), "row_iters": float(r["row_iterations"]),
             "ctx_sum": float(r["context_tokens"])}
 
 
@@ -154,13 +139,13 @@ def targets(p: dict) -> list[tuple[str, str, bool | None]]:
 
 
 def decode_fit(p: dict) -> dict | None:
-    """The fitted decode cost, its floor, and what it prices each M's segment rollout at (None: too few figures)."""
-    sb = shape_bytes(p)
+    """The fitted decode cost, its floor, and what it prices each M's segment rollout at (None: too few figures, or
+    a check from before it recorded the model's bytes)."""
     rows = [r for r in p.get("decode", []) if "ms_per_iteration" in r]
     bw = p.get("bandwidth", {}).get("bytes_per_s")
-    if sb is None or not bw or len(rows) < len(DECODE_FREE):
+    if "bytes" not in p or not bw or len(rows) < len(DECODE_FREE):
         return None
-    wb, bpt = sb
+    wb, bpt = float(p["bytes"]["weights"]), float(p["bytes"]["kv_per_token"])
     try:
         cost = fit_decode(rows, bpt)
     except CostError:
@@ -210,7 +195,8 @@ def report(name: str, p: dict) -> str:
     fit = decode_fit(p)
     lines += ["", "### Decode cost fitted to the decode table", ""]
     if fit is None:
-        lines += ["Not fitted: the decode table has fewer than 3 rows (or no bandwidth)."]
+        lines += ["Not fitted: the decode table has fewer than 3 rows, or the run recorded no bandwidth or model "
+                  "bytes."]
     else:
         c, f = fit["cost"], fit["floor"]
         lines += [f"Per iteration {1000 * c['decode_fixed']:.3f} ms (the weights' floor {1000 * f['decode_fixed']:.3f} "

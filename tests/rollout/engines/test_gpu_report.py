@@ -80,14 +80,6 @@ def test_the_fixed_cost_for_the_target_by_hand_and_by_its_definition():
     assert report.fixed_for_target(10.0, 12000, 256, 9.0, 9000, 256) is None
 
 
-def test_the_shape_bytes_of_an_older_check_come_from_its_floors():
-    report = benchmark_module("gpu_report")
-    run = made_run()
-    del run["bytes"]  # before 2026-12-06 the check did not record them
-    wb, bpt = report.shape_bytes(run)
-    assert wb == pytest.approx(WB, rel=1e-9) and bpt == pytest.approx(BPT, rel=1e-9)
-
-
 @pytest.mark.parametrize("over, met", [(1.9, True), (2.1, False)])
 def test_the_targets_read_met_or_not(over, met):
     report = benchmark_module("gpu_report")
