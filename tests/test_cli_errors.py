@@ -211,3 +211,31 @@ def test_a_kv_cache_over_budget_stops_at_start_in_one_line(tmp_path, capsys):
     assert rc != 0
     assert_one_line(err, "train", "rollout.kv_cache_gib=0.0001", "rollout.max_response_len")
     assert not list((tmp_path / "run").glob("checkpoints/step_*"))
+
+
+# -- a model path that is not a model folder -----------------------------------------------------------------
+def _run_folder(tmp: Path) -> Path:
+    """The layout `ulorl train` leaves: an export, two checkpoints, and one of LoRA adapters only (no config.json)."""
+    run_dir = tmp / "myrun"
+    for model in ("export", "checkpoints/step_000020/model", "checkpoints/step_000100/model"):
+        (run_dir / model).mkdir(parents=True)
+        (run_dir / model / "config.json").write_text("{}")
+    (run_dir / "checkpoints/step_000200/model").mkdir(parents=True)  # adapters: not a folder to load as a model
+    return run_dir
+
+
+MODEL_CASES = {
+    "a missing folder": (lambda t: t / "nowhere", ["model.path=", "nowhere", "no such folder"]),
+    "a folder without config.json": (lambda t: t, ["no config.json", "not a Hugging Face model folder"]),
+    "a run folder": (_run_folder, ["no config.json", "run folder", "myrun/export'", "step_000100/model'"]),
+}
+
+
+@pytest.mark.parametrize("case", list(MODEL_CASES))
+def test_a_model_path_that_is_no_model_is_one_line(case, tmp_path, capsys):
+    make, words = MODEL_CASES[case]
+    rc, err = run(["eval", "--model", str(make(tmp_path)), "-o", str(tmp_path / "out")], capsys)
+    assert rc == 2
+    assert_one_line(err, "eval", *words)
+    assert "step_000200" not in err and "step_000020" not in err  # only the newest checkpoint that is a model
+    assert not (tmp_path / "out").exists()

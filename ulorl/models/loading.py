@@ -51,8 +51,20 @@ def resolve_model_path(path: str | os.PathLike) -> Path:
         raise FileNotFoundError(f"model.path={path!r}: no such folder (give a local Hugging Face model folder, a "
                                 f".gguf file, an installed package shipping one, or 'builtin')")
     if not (p / "config.json").exists():
-        raise FileNotFoundError(f"model.path={path!r}: folder has no config.json, so it is not a Hugging Face model folder")
+        raise FileNotFoundError(f"model.path={path!r}: folder has no config.json, so it is not a Hugging Face model "
+                                f"folder{_run_folder_hint(p)}")
     return p
+
+
+def _run_folder_hint(folder: Path) -> str:
+    """For a `ulorl train` run folder given as a model: the model folders inside it (its export, its newest
+    checkpoint's policy) to give instead; '' for any other folder."""
+    models = [folder / "export"] if (folder / "export" / "config.json").is_file() else []
+    checkpoints = sorted(folder.glob("checkpoints/step_*/model/config.json"))
+    models += [checkpoints[-1].parent] if checkpoints else []
+    if not models:
+        return ""
+    return f"; it is a `ulorl train` run folder: give {' or '.join(repr(str(m)) for m in models)}"
 
 
 def trained_positions(path: str | os.PathLike, rope_scaling_factor: float | None = None,
