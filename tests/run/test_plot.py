@@ -119,6 +119,9 @@ def test_cli_defaults_to_first_run_plots(tmp_path, capsys):
     out = capsys.readouterr()
     assert out.out.split() == [str(a / "plots" / "entropy.png"), str(a / "plots" / "overview.png")]
     assert "skipped (no data in any run): Reward / accuracy" in out.err
+    for flag in ("-o", "--output", "--out"):  # -o / --output as every other command names its output
+        assert run_plot(parse([str(a), flag, str(tmp_path / flag)])) == 0
+        assert_real_png(tmp_path / flag / "overview.png")
 
 
 def test_cli_reports_missing_metrics_with_exit_code_2(tmp_path, capsys):

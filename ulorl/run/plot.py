@@ -287,7 +287,7 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     """Add ``ulorl plot``'s arguments to ``parser``."""
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR",
                         help="run directories (each with a metrics.jsonl) to overlay")
-    parser.add_argument("--out", type=Path, default=None,
+    parser.add_argument("--out", "--output", "-o", dest="out", type=Path, default=None,
                         help="output folder for the PNGs (default: FIRST_RUN_DIR/plots)")
     parser.add_argument("--names", default=None,
                         help="comma-separated legend names, one per run (default: folder names)")
