@@ -70,3 +70,11 @@ def test_eval_past_the_models_positions_is_warned(tmp_path, tiny_model_dir, caps
     assert "positions, past the 64 of " in out
     assert main([*common, "--max-new-tokens", "4"]) == 0  # chain prompts are under 60 tokens: no warning
     assert "warning: the longest prompt" not in capsys.readouterr().out
+
+
+def test_eval_of_the_builtin_model_says_it_is_untrained(tmp_path, tiny_model_dir, capsys):
+    common = ["--data", "builtin:chain", "--num-problems", "1", "--k", "1", "--pass-k", "1", "--max-new-tokens", "4"]
+    assert main(["eval", "--model", "builtin", *common, "-o", str(tmp_path / "a")]) == 0
+    assert "note: --model builtin is the built-in tiny model with random weights" in capsys.readouterr().out
+    assert main(["eval", "--model", str(tiny_model_dir), *common, "-o", str(tmp_path / "b")]) == 0
+    assert "note: --model" not in capsys.readouterr().out  # a folder: whatever it holds, no note

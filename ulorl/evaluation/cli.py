@@ -216,6 +216,7 @@ def context_warning(path, sets: dict[str, list], max_new_tokens: int) -> str | N
 def run_eval(args: argparse.Namespace) -> int:
     """Evaluate `args.model` on every `args.data` source; write results.json and report.md."""
     from ulorl.models import eos_token_ids, load_model, load_tokenizer
+    from ulorl.models.loading import is_builtin
     from ulorl.reward import RewardManager
     from ulorl.rollout.engines.base import close_engine
     from ulorl.rollout.engines.registry import build_engine
@@ -237,6 +238,9 @@ def run_eval(args: argparse.Namespace) -> int:
     warning = context_warning(path, sets, cfg.max_new_tokens)
     if warning:
         print(warning)
+    if is_builtin(path):
+        print(f"note: --model {path} is the built-in tiny model with random weights, not a trained one (a run's: "
+              "--model RUN/export)")
     model = load_model(path, dtype=args.dtype, trust_remote_code=args.trust_remote_code, device=args.device)
     engine = build_engine(_engine_name(args), model, tokenizer, eos_token_ids(model, tokenizer),
                           max_batch=cfg.batch_size, model_path=path, seed=cfg.seed, torch=torch_options(args))

@@ -25,6 +25,11 @@ BUILTIN = "builtin"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def is_builtin(path: str | os.PathLike) -> bool:
+    """Whether `model.path` names the built-in tiny model: `builtin` or `builtin:<preset>`."""
+    return str(path) == BUILTIN or str(path).startswith(BUILTIN + ":")
+
+
 def builtin_model_dir(preset: str = "default") -> Path:
     """Where the built-in random-init tiny model is cached (`$ULORL_CACHE` or ~/.cache/ulorl)."""
     return cache_root() / ("tiny-qwen3-v3" if preset == "default" else f"tiny-qwen3-v3-{preset}")
@@ -34,7 +39,7 @@ def resolve_model_path(path: str | os.PathLike) -> Path:
     """`builtin` (or `builtin:<preset>`, e.g. `builtin:long`) -> the cached tiny model (created if missing);
     a GGUF file or a package shipping one -> its converted folder (`ulorl.models.gguf`); otherwise a checked
     local folder."""
-    if str(path) == BUILTIN or str(path).startswith(BUILTIN + ":"):
+    if is_builtin(path):
         preset = str(path).partition(":")[2] or "default"
         spec = tiny_preset(preset)
         d = builtin_model_dir(preset)
@@ -73,7 +78,7 @@ def trained_positions(path: str | os.PathLike, rope_scaling_factor: float | None
     (a built-in preset's `max_positions`), stretched by YaRN as `load_model` does when `rope_scaling_factor` is set.
     None where that is not known yet: a GGUF file not converted so far, a config without the field."""
     s = str(path)
-    if s == BUILTIN or s.startswith(BUILTIN + ":"):
+    if is_builtin(s):
         positions = tiny_preset(s.partition(":")[2] or "default").max_positions
     else:
         gguf = gguf_source(s)
