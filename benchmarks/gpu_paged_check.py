@@ -49,10 +49,13 @@ time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
    `segment_rollout_64_rows`: the same with 8 groups x 8 per round, M = 1, 4, 8, each until 128 samples
    finished: a batch whose decode is mostly the weights' bytes, where the floor allows more (M = 8 1.6-1.9x).
 
-Parts run in the order 0, 1, `decode_paths`, 4 (M = 1 and 4: the headline), 2, 3, 4 (M = 2 and 8), then 4 at 64
-rows, within `--budget-s` (default 300 s): a part that would start after the budget is skipped and recorded as
-skipped; the JSON is rewritten after every part, so a run cut short by a timeout
-keeps what it measured. `--quick`: tiny shapes and lengths, a dry run of the script (CPU).
+Issue 26's targets come first, so that a short loan measures them: `bandwidth`, `attention_paths`, `decode_paths`,
+then the targets on the fastest path (`decode` at 256 rows, `segment_rollout` M = 1 and 4, `slots_vs_paged`), each
+started whatever the budget; then what explains them (`decode` at 64 rows, `sampler`, `host_step`, `norm`,
+`prefill`, `segment_rollout` M = 2 and 8, `segment_rollout_64_rows`), each started only within `--budget-s` (default
+300 s; a part skipped is recorded as skipped). The JSON is rewritten after every part, with each part's seconds in
+`part_s` (where a loan's minutes went) and the part under way in `part_running`, so a run cut short by a timeout
+keeps what it measured and says where it stopped. `--quick`: tiny shapes and lengths, a dry run of the script (CPU).
 
     python benchmarks/gpu_paged_check.py [--device cuda] [--quick] [--budget-s 300] [--out gpu_paged_check.json]
 """
@@ -60,6 +63,7 @@ keeps what it measured. `--quick`: tiny shapes and lengths, a dry run of the scr
 from __future__ import annotations
 
 import argparse
+import contextlib
 import gc
 import statistics
 import sys
@@ -540,142 +544,169 @@ def main() -> int:
     shapes = QUICK if args.quick else SHAPES
     q = args.quick
     res: dict = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "quick": q,
-                 "torch": torch.__version__, "skipped": []}
-    res["bandwidth"] = bw = bandwidth(dev, 0.0625 if q else 4.0)
-    print(f"bandwidth: {bw['bytes_per_s'] / 1e9:.0f} GB/s", file=sys.stderr, flush=True)
+                 "torch": torch.__version__, "skipped": [], "part_s": {}}
     save = lambda: write_result(res, args.out)  # noqa: E731  (after every part: a timeout keeps what was measured)
 
-    res["attention_paths"] = ap = attention_paths(dev, 4 if q else 256, 512 if q else 8192)
-    print(f"attention paths: varlen_attn {ap['varlen_attn']}, sdpa contiguous {ap['sdpa_contiguous_ms']:.2f} ms, "
-          f"varlen paged {ap.get('varlen_paged_ms', ap.get('varlen_paged_errors', 'not run'))}", file=sys.stderr,
-          flush=True)
-    save()
+    @contextlib.contextmanager
+    def part(name: str):
+        """Times a part into `part_s` (where a short loan's minutes went) and saves the JSON after it; while it
+        runs, the JSON names it in `part_running` (so a run the timeout ends says where)."""
+        t0 = time.perf_counter()
+        res["part_running"] = {"name": name, "at_s": round(t0 - t_start, 1)}
+        save()
+        try:
+            yield
+        finally:
+            res["part_s"][name] = round(res["part_s"].get(name, 0.0) + time.perf_counter() - t0, 2)
+            del res["part_running"]
+            save()
 
-    # what a decode step pays besides the floor (recorded, never fatal: the decode figures come next)
-    try:  # the sampler alone on the 0.5B shape's vocabulary
-        res["sampler"] = [sampler_case(4 if q else 256, shapes["qwen2.5-0.5b"]["vocab_size"], setting, dev,
-                                       torch.bfloat16, 5, None, fused=dev.type == "cuda")
-                          for setting in SAMPLER_SETTINGS]
-        print("sampler: " + ", ".join(f"{r['setting']} {r['ms']:.2f} ms" + (
-            f" (fused {r['fused_ms']:.3f} ms, same tokens {r['fused_same_tokens']})" if "fused_ms" in r else "")
-            for r in res["sampler"]), file=sys.stderr, flush=True)
-        # the host's part of a step (the scheduler in Python, the copies into the graph's inputs, the sampler's
-        # launches)
-        res["host_step"] = [host_step_ms(dev, rows, 256 if q else 2048, 20 if q else 200)
-                            for rows in ((4,) if q else (64, 256))]
-        print("host per step: " + ", ".join(f"{r['rows']} rows {r['ms_per_step']:.3f} ms" for r in res["host_step"]),
+    with part("bandwidth"):
+        res["bandwidth"] = bw = bandwidth(dev, 0.0625 if q else 4.0)
+        print(f"bandwidth: {bw['bytes_per_s'] / 1e9:.0f} GB/s", file=sys.stderr, flush=True)
+    with part("attention_paths"):
+        res["attention_paths"] = ap = attention_paths(dev, 4 if q else 256, 512 if q else 8192)
+        print(f"attention paths: varlen_attn {ap['varlen_attn']}, sdpa contiguous {ap['sdpa_contiguous_ms']:.2f} "
+              f"ms, varlen paged {ap.get('varlen_paged_ms', ap.get('varlen_paged_errors', 'not run'))}",
               file=sys.stderr, flush=True)
-    except Exception as e:
-        res["skipped"].append(f"sampler / host_step: {type(e).__name__}: {str(e)[:300]}")
-    try:  # a step's RMSNorms: the transformers module (8 operations each in bf16) against the engine's one op
-        small_shape = shapes["qwen2.5-0.5b"]
-        res["norm"] = nm = norm_paths(dev, 4 if q else 256, small_shape["hidden_size"],
-                                      small_shape["num_hidden_layers"])
-        print(f"norms per step: module {nm['module_ms']:.3f} ms, engine {nm['engine_ms']:.3f} ms, outputs within "
-              f"{nm['max_diff_bf16_steps']:.1f} bf16 steps", file=sys.stderr, flush=True)
-    except Exception as e:
-        res["skipped"].append(f"norm: {type(e).__name__}: {str(e)[:300]}")
-    save()
 
     small = build_model(shapes["qwen2.5-0.5b"], dev, torch.bfloat16)
-    try:  # the packed prefill's attention: per-length SDPA against one varlen_attn call per layer (never fatal)
-        res["prefill"] = pf = prefill_paths(small, dev, QUICK_PREFILL_CASES if q else PREFILL_CASES)
-        times = [f"{c['case']} sdpa {c['sdpa_ms']:.1f} ms" + (f", varlen {c['varlen_ms']:.1f} ms" if "varlen_ms" in c
-                                                               else "") for c in pf["cases"]]
-        print(f"prefill (auto: {pf['auto']}): " + "; ".join(times), file=sys.stderr, flush=True)
-    except Exception as e:
-        res["skipped"].append(f"prefill: {type(e).__name__}: {str(e)[:300]}")
-    save()
-    if dev.type == "cuda":
-        torch.cuda.empty_cache()
     wb, bpt = weight_bytes(small), kv_bytes_per_token(small)
     res["bytes"] = {"weights": wb, "kv_per_token": bpt}  # of the 0.5B shape (`gpu_report.py` prices with them)
     floor = lambda r: (wb + r["kv_bytes_read"]) / bw["bytes_per_s"] * 1000  # noqa: E731
-    res["decode_paths"] = paths = decode_variants(small, dev, 4 if q else 256, 256 if q else 8192, 4 if q else 10,
-                                                  floor, args.paths.split(","), args.paths_budget_s,
-                                                  res["skipped"])
-    ok = [r for r in paths if "ms_per_iteration" in r]
-    if ATTENTION == "auto" and ok:  # the rest of the check runs on the fastest path that ran here (recorded)
-        best = min(ok, key=lambda r: r["ms_per_iteration"])
-        ATTENTION, BLOCK_SIZE, OPTIONS = best["decode_attention"], best["block_size"], best["options"]
-    res.update(decode_attention_used=ATTENTION, block_size_used=BLOCK_SIZE, attention_options_used=OPTIONS)
-    save()
+    with part("decode_paths"):
+        res["decode_paths"] = paths = decode_variants(small, dev, 4 if q else 256, 256 if q else 8192,
+                                                      4 if q else 10, floor, args.paths.split(","),
+                                                      args.paths_budget_s, res["skipped"])
+        ok = [r for r in paths if "ms_per_iteration" in r]
+        if ATTENTION == "auto" and ok:  # the rest of the check runs on the fastest path that ran here (recorded)
+            best = min(ok, key=lambda r: r["ms_per_iteration"])
+            ATTENTION, BLOCK_SIZE, OPTIONS = best["decode_attention"], best["block_size"], best["options"]
+        res.update(decode_attention_used=ATTENTION, block_size_used=BLOCK_SIZE, attention_options_used=OPTIONS)
 
-    def run_segments(key: str, ms: tuple[int, ...], groups: int, target: int) -> None:
-        """Segment rollout of `groups` x 8 rows for each M into `res[key]`, with its decode floor and, once M = 1 is
-        there, its speedups (saved after each M: a run cut short keeps them)."""
-        out = res.setdefault(key, {})
-        for m in ms:
-            if left() < 0:
-                res["skipped"].append(f"{key} M={m}: budget")
-                continue
-            try:
-                r = segment_rollout(small, dev, m, 256 if q else 16384, 2 if q else groups, 16 if q else target)
-            except Exception as e:
-                out[str(m)] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
-                save()
-                continue
-            # the same rollout at the bandwidth floor (its decode alone: weights per iteration, K/V per token)
-            r["decode_floor_s"] = (r["decode_iterations"] * wb + r["context_tokens"] * bpt) / bw["bytes_per_s"]
-            r["over_floor"] = r["seconds"] / r["decode_floor_s"]
-            r["floor_samples_per_s"] = r["samples"] / r["decode_floor_s"]
-            out[str(m)] = r
-            if m != 1 and "samples_per_s" in out.get("1", {}):
-                out[f"speedup_M{m}"] = r["samples_per_s"] / out["1"]["samples_per_s"]
-                # what an engine at the floor would gain on the same rollouts (docs/scale.md: the target's reach)
-                out[f"floor_speedup_M{m}"] = r["floor_samples_per_s"] / out["1"]["floor_samples_per_s"]
-            save()
-            print(f"{key} M={m}: {r['samples_per_s']:.2f} samples/s, {r['decoded_tokens_per_s']:.0f} tokens/s "
-                  f"({r['over_floor']:.1f}x its decode floor)", file=sys.stderr, flush=True)
-
-    run_segments("segment_rollout", (1, 4), 32, 256)  # the paper's mechanism first (target M = 4 >= 1.6x M = 1)
-    res["decode"] = []
-    for rows in ((4, 8) if q else (64, 256)):
+    def decode_table(rows: int, target: bool = False) -> None:
+        """ms per decode iteration of `rows` rows at each context into `res["decode"]`, next to the floor (a
+        `target` part starts whatever the budget: only the timeout ends it)."""
         for ctx in ((64, 256) if q else (2048, 8192, 32768)):
             if not q and rows * (ctx + 100) * bpt > 0.8 * free_bytes(dev):
                 res["skipped"].append(f"decode {rows} x {ctx}: KV over 80% of free memory")
                 continue
-            if left() < 0:
+            if left() < 0 and not target:
                 res["skipped"].append(f"decode {rows} x {ctx}: budget")
                 continue
-            try:
-                r = decode_ms(small, dev, rows, ctx, 4 if q else 20)
-            except Exception as e:  # recorded; the parts after this one still run
-                res["skipped"].append(f"decode {rows} x {ctx}: {type(e).__name__}: {str(e)[:300]}")
-                continue
-            r["floor_ms"] = floor(r)
-            r["over_floor"] = r["ms_per_iteration"] / r["floor_ms"]
-            res["decode"].append(r)
-            print(f"decode {rows} x {ctx}: {r['ms_per_iteration']:.2f} ms/iteration, floor {r['floor_ms']:.2f} ms "
-                  f"({r['over_floor']:.1f}x)", file=sys.stderr, flush=True)
-            save()
+            with part(f"decode {rows}"):
+                try:
+                    r = decode_ms(small, dev, rows, ctx, 4 if q else 20)
+                except Exception as e:  # recorded; the parts after this one still run
+                    res["skipped"].append(f"decode {rows} x {ctx}: {type(e).__name__}: {str(e)[:300]}")
+                    continue
+                r["floor_ms"] = floor(r)
+                r["over_floor"] = r["ms_per_iteration"] / r["floor_ms"]
+                res.setdefault("decode", []).append(r)
+                print(f"decode {rows} x {ctx}: {r['ms_per_iteration']:.2f} ms/iteration, floor {r['floor_ms']:.2f} "
+                      f"ms ({r['over_floor']:.1f}x)", file=sys.stderr, flush=True)
             if dev.type == "cuda":
                 torch.cuda.empty_cache()
 
-    if left() > 0:
-        big = build_model(shapes["qwen3-1.7b"], dev, torch.bfloat16)
+    def run_segments(key: str, ms: tuple[int, ...], groups: int, samples: int, target: bool = False) -> None:
+        """Segment rollout of `groups` x 8 rows for each M until `samples` finished, into `res[key]`, with its decode
+        floor and, once M = 1 is there, its speedups (saved after each M: a run cut short keeps them)."""
+        out = res.setdefault(key, {})
+        for m in ms:
+            if left() < 0 and not target:
+                res["skipped"].append(f"{key} M={m}: budget")
+                continue
+            with part(f"{key} M={m}"):
+                try:
+                    r = segment_rollout(small, dev, m, 256 if q else 16384, 2 if q else groups, 16 if q else samples)
+                except Exception as e:
+                    out[str(m)] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+                    continue
+                # the same rollout at the bandwidth floor (its decode alone: weights per iteration, K/V per token)
+                r["decode_floor_s"] = (r["decode_iterations"] * wb + r["context_tokens"] * bpt) / bw["bytes_per_s"]
+                r["over_floor"] = r["seconds"] / r["decode_floor_s"]
+                r["floor_samples_per_s"] = r["samples"] / r["decode_floor_s"]
+                out[str(m)] = r
+                if m != 1 and "samples_per_s" in out.get("1", {}):
+                    out[f"speedup_M{m}"] = r["samples_per_s"] / out["1"]["samples_per_s"]
+                    # what an engine at the floor would gain on the same rollouts (docs/scale.md: the target's reach)
+                    out[f"floor_speedup_M{m}"] = r["floor_samples_per_s"] / out["1"]["floor_samples_per_s"]
+                print(f"{key} M={m}: {r['samples_per_s']:.2f} samples/s, {r['decoded_tokens_per_s']:.0f} tokens/s "
+                      f"({r['over_floor']:.1f}x its decode floor)", file=sys.stderr, flush=True)
+
+    # issue 26's three targets first, each on the fastest decode path and each started whatever the budget (only
+    # the timeout ends them): decode at 256 rows, segment rollout M = 1 and 4 (the paper's mechanism), the batch
+    # that slots could not hold
+    res["decode"] = []
+    decode_table(8 if q else 256, target=True)
+    run_segments("segment_rollout", (1, 4), 32, 256, target=True)
+    with part("slots_vs_paged"):
         try:
+            big = build_model(shapes["qwen3-1.7b"], dev, torch.bfloat16)
             res["slots_vs_paged"] = r = slots_vs_paged(big, dev, 8 if q else 128, 256 if q else 16384,
                                                        64 if q else 4096, 32 if q else 2048, 2 if q else 25)
-        except Exception as e:  # recorded; segment rollout still runs
+        except Exception as e:  # recorded; the parts after it still run
             r = res["slots_vs_paged"] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+        big = None
         if "error" not in r:
             print(f"128 rows at 16k: peak KV {r['peak_kv_gib']:.2f} GiB in a pool of {r['pool_gib']:.2f} GiB "
-                  f"(slots for {r['slot_rows_of_pool']} rows; all rows in slots: {r['slots_needed_gib']:.1f} GiB), "
-                  f"{r['preemptions']} preemptions", file=sys.stderr, flush=True)
-        save()
-        del big
+                  f"(slots for {r['slot_rows_of_pool']} rows; all rows in slots: {r['slots_needed_gib']:.1f} "
+                  f"GiB), {r['preemptions']} preemptions", file=sys.stderr, flush=True)
         if dev.type == "cuda":
             torch.cuda.empty_cache()
-    else:
-        res["skipped"].append("slots_vs_paged: budget")
 
+    # then what explains them: decode at 64 rows, and what a decode step pays besides the floor
+    decode_table(4 if q else 64)
+    diagnostics(res, small, dev, shapes, q, left, part)
     run_segments("segment_rollout", (2, 8), 32, 256)
     # 8 groups x 8: where the weights are most of a step's bytes (segment_floor.py: M = 8 1.6-1.9x at the floor)
     run_segments("segment_rollout_64_rows", (1, 4, 8), 8, 128)
     res["machine"] = machine()
     res["elapsed_s"] = time.perf_counter() - t_start
     return emit(res, args.out)
+
+
+def diagnostics(res: dict, small, dev: torch.device, shapes: dict, q: bool, left, part) -> None:
+    """The sampler alone, the host's part of a step, a step's RMSNorms and the packed prefill into `res` (each
+    recorded, never fatal; skipped past the budget)."""
+    if left() < 0:
+        res["skipped"].append("sampler / host_step / norm / prefill: budget")
+        return
+    with part("sampler / host_step"):
+        try:  # the sampler alone on the 0.5B shape's vocabulary
+            res["sampler"] = [sampler_case(4 if q else 256, shapes["qwen2.5-0.5b"]["vocab_size"], setting, dev,
+                                           torch.bfloat16, 5, None, fused=dev.type == "cuda")
+                              for setting in SAMPLER_SETTINGS]
+            print("sampler: " + ", ".join(f"{r['setting']} {r['ms']:.2f} ms" + (
+                f" (fused {r['fused_ms']:.3f} ms, same tokens {r['fused_same_tokens']})" if "fused_ms" in r else "")
+                for r in res["sampler"]), file=sys.stderr, flush=True)
+            # the host's part of a step (the scheduler in Python, the copies into the graph's inputs, the
+            # sampler's launches)
+            res["host_step"] = [host_step_ms(dev, rows, 256 if q else 2048, 20 if q else 200)
+                                for rows in ((4,) if q else (64, 256))]
+            print("host per step: " + ", ".join(f"{r['rows']} rows {r['ms_per_step']:.3f} ms"
+                                                for r in res["host_step"]), file=sys.stderr, flush=True)
+        except Exception as e:
+            res["skipped"].append(f"sampler / host_step: {type(e).__name__}: {str(e)[:300]}")
+    with part("norm"):
+        try:  # a step's RMSNorms: the transformers module (8 operations each in bf16) against the engine's one op
+            small_shape = shapes["qwen2.5-0.5b"]
+            res["norm"] = nm = norm_paths(dev, 4 if q else 256, small_shape["hidden_size"],
+                                          small_shape["num_hidden_layers"])
+            print(f"norms per step: module {nm['module_ms']:.3f} ms, engine {nm['engine_ms']:.3f} ms, outputs "
+                  f"within {nm['max_diff_bf16_steps']:.1f} bf16 steps", file=sys.stderr, flush=True)
+        except Exception as e:
+            res["skipped"].append(f"norm: {type(e).__name__}: {str(e)[:300]}")
+    with part("prefill"):
+        try:  # the packed prefill's attention: per-length SDPA against one varlen_attn call per layer
+            res["prefill"] = pf = prefill_paths(small, dev, QUICK_PREFILL_CASES if q else PREFILL_CASES)
+            times = [f"{c['case']} sdpa {c['sdpa_ms']:.1f} ms" + (
+                f", varlen {c['varlen_ms']:.1f} ms" if "varlen_ms" in c else "") for c in pf["cases"]]
+            print(f"prefill (auto: {pf['auto']}): " + "; ".join(times), file=sys.stderr, flush=True)
+        except Exception as e:
+            res["skipped"].append(f"prefill: {type(e).__name__}: {str(e)[:300]}")
+    if dev.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 if __name__ == "__main__":

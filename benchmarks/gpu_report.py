@@ -191,6 +191,12 @@ def report(name: str, p: dict) -> str:
     lines += _table(["target", "measured", "verdict"], [[t, m, verdict(ok)] for t, m, ok in targets(p)])
     if p.get("skipped"):
         lines += ["", "Skipped: " + "; ".join(p["skipped"])]
+    if p.get("part_running"):
+        cut = p["part_running"]
+        lines += ["", f"Ended during `{cut['name']}`, started {cut['at_s']:.0f} s into the check (the timeout): "
+                  "its figures and those of every part after it are missing."]
+    if p.get("part_s"):
+        lines += ["", "Seconds per part: " + ", ".join(f"{k} {v:.1f}" for k, v in p["part_s"].items()) + "."]
 
     fit = decode_fit(p)
     lines += ["", "### Decode cost fitted to the decode table", ""]

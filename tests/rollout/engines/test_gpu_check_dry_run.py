@@ -17,6 +17,10 @@ import pytest
 ROOT = Path(__file__).resolve().parents[3]
 TRITON_OFF_CUDA = "runs its kernel on CUDA"  # the triton paths' error on a CPU machine: expected here
 NO_LIMIT = "3000"  # the script's part timeouts and budgets, in seconds: a slow machine is not a failure
+# gpu_paged_check.py's parts up to issue 26's targets, in the order they run (`part_s`; the quick run's 8 rows
+# stand for 256)
+TARGETS_FIRST = ["bandwidth", "attention_paths", "decode_paths", "decode 8", "segment_rollout M=1",
+                 "segment_rollout M=4", "slots_vs_paged"]
 
 
 @pytest.mark.slow
@@ -45,7 +49,11 @@ def test_every_part_of_the_gpu_check_gives_its_figures(tmp_path):
     for path in p["decode_paths"]:  # every path measured, but the Triton kernel's (CUDA only)
         assert "ms_per_iteration" in path or TRITON_OFF_CUDA in path["error"], path
     assert any(d["path"] == "flex+graphs" and "ms_per_iteration" in d for d in p["decode_paths"])
-    assert [(d["rows"], d["context"]) for d in p["decode"]] == [(4, 64), (4, 256), (8, 64), (8, 256)]
+    assert [(d["rows"], d["context"]) for d in p["decode"]] == [(8, 64), (8, 256), (4, 64), (4, 256)]
+    assert list(p["part_s"]) == [*TARGETS_FIRST, "decode 4", "sampler / host_step", "norm", "prefill",
+                                 "segment_rollout M=2", "segment_rollout M=8", "segment_rollout_64_rows M=1",
+                                 "segment_rollout_64_rows M=4", "segment_rollout_64_rows M=8"]
+    assert all(s >= 0 for s in p["part_s"].values())
     assert all(d["floor_ms"] > 0 and d["over_floor"] > 0 for d in p["decode"])
     for key, ms in (("segment_rollout", ("1", "2", "4", "8")), ("segment_rollout_64_rows", ("1", "4", "8"))):
         seg = p[key]
@@ -72,3 +80,22 @@ def test_every_part_of_the_gpu_check_gives_its_figures(tmp_path):
     assert packed["chosen"] == "sdpa" and list(packed["kernels"]) == ["sdpa"], packed
     assert packed["kernels"]["sdpa"]["grad_norm"] > 0 and packed["kernels"]["sdpa"]["micro_batches"] == 1
     assert "a packed row of 4 x 128 tokens" in report
+
+
+@pytest.mark.slow
+def test_the_paged_checks_targets_start_whatever_the_budget(tmp_path):
+    """A loan's minutes go to issue 26's targets first: with no budget left from the start, the targets still run
+    (only the timeout ends them), and every part after them is skipped and says so."""
+    out = tmp_path / "paged.json"
+    proc = subprocess.run([sys.executable, "benchmarks/gpu_paged_check.py", "--device", "cpu", "--quick",
+                           "--budget-s", "0", "--paths", "flex+graphs", "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=3600)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    p = json.loads(out.read_text())
+    assert list(p["part_s"]) == TARGETS_FIRST
+    assert [(d["rows"], d["context"]) for d in p["decode"]] == [(8, 64), (8, 256)]
+    assert {"1", "4", "speedup_M4"} <= set(p["segment_rollout"]) and "error" not in p["slots_vs_paged"]
+    assert p["skipped"] == ["decode 4 x 64: budget", "decode 4 x 256: budget",
+                            "sampler / host_step / norm / prefill: budget", "segment_rollout M=2: budget",
+                            "segment_rollout M=8: budget", "segment_rollout_64_rows M=1: budget",
+                            "segment_rollout_64_rows M=4: budget", "segment_rollout_64_rows M=8: budget"]

@@ -126,3 +126,15 @@ def test_bad_input_names_the_file(tmp_path, capsys):
     (tmp_path / "broken.json").write_text("{")
     assert report.main([str(tmp_path / "broken.json")]) == 2
     assert "broken.json: not JSON" in capsys.readouterr().err
+
+
+def test_a_run_the_timeout_ended_says_where_and_where_the_time_went():
+    report = benchmark_module("gpu_report")
+    run = made_run()
+    run["part_s"] = {"bandwidth": 0.5, "decode_paths": 61.31, "segment_rollout M=1": 80.0}
+    text = report.report("made", run)
+    assert "Seconds per part: bandwidth 0.5, decode_paths 61.3, segment_rollout M=1 80.0." in text
+    assert "Ended during" not in text
+    run["part_running"] = {"name": "segment_rollout M=4", "at_s": 142.4}
+    text = report.report("made", run)
+    assert "Ended during `segment_rollout M=4`, started 142 s into the check (the timeout)" in text
