@@ -90,7 +90,7 @@ merge_into_summary environment environment.json
 # -- 1b. the paged torch engine's figures (issue 26; first, so that a short loan measures them) -------------
 # benchmarks/gpu_paged_check.py: device bandwidth; the flex decode path at 256 rows x 8k with CUDA graphs and its
 # settings side by side (full blocks, Triton stages / warps / SPLIT_KV, 128-token blocks), and our Triton kernel
-# (stages, slices, 128-token blocks); paths not started within 90 s are skipped; the rest runs on the fastest.
+# (stages, slices, 128-token blocks); paths not started within 60 s are skipped; the rest runs on the fastest.
 # Then issue 26's targets, each started whatever the budget: decode ms/iteration of the Qwen2.5-0.5B shape
 # (random bf16 weights) at 256 rows x 2k/8k/32k contexts next to the bandwidth floor; segment rollout M = 1 and 4
 # on 32 groups x 8 (L = 16k, mean length L/8), trained samples/s; a Qwen3-1.7B-shaped batch of 128 rows at 16k
