@@ -588,8 +588,10 @@ def main() -> int:
         """ms per decode iteration of `rows` rows at each context into `res["decode"]`, next to the floor (a
         `target` part starts whatever the budget: only the timeout ends it)."""
         for ctx in ((64, 256) if q else (2048, 8192, 32768)):
-            if not q and rows * (ctx + 100) * bpt > 0.8 * free_bytes(dev):
-                res["skipped"].append(f"decode {rows} x {ctx}: KV over 80% of free memory")
+            need, free = rows * (ctx + 100) * bpt, free_bytes(dev)
+            if not q and need > 0.8 * free:
+                res["skipped"].append(f"decode {rows} x {ctx}: KV over 80% of free memory ({need / GIB:.1f} of "
+                                      f"{free / GIB:.1f} GiB free)")
                 continue
             if left() < 0 and not target:
                 res["skipped"].append(f"decode {rows} x {ctx}: budget")
