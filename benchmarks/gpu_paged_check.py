@@ -544,7 +544,7 @@ def main() -> int:
     shapes = QUICK if args.quick else SHAPES
     q = args.quick
     res: dict = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "quick": q,
-                 "torch": torch.__version__, "skipped": [], "part_s": {}}
+                 "torch": torch.__version__, "skipped": [], "part_s": {}, "decode": []}
     save = lambda: write_result(res, args.out)  # noqa: E731  (after every part: a timeout keeps what was measured)
 
     @contextlib.contextmanager
@@ -604,7 +604,7 @@ def main() -> int:
                     continue
                 r["floor_ms"] = floor(r)
                 r["over_floor"] = r["ms_per_iteration"] / r["floor_ms"]
-                res.setdefault("decode", []).append(r)
+                res["decode"].append(r)
                 print(f"decode {rows} x {ctx}: {r['ms_per_iteration']:.2f} ms/iteration, floor {r['floor_ms']:.2f} "
                       f"ms ({r['over_floor']:.1f}x)", file=sys.stderr, flush=True)
             if dev.type == "cuda":
@@ -639,7 +639,6 @@ def main() -> int:
     # issue 26's three targets first, each on the fastest decode path and each started whatever the budget (only
     # the timeout ends them): decode at 256 rows, segment rollout M = 1 and 4 (the paper's mechanism), the batch
     # that slots could not hold
-    res["decode"] = []
     decode_table(8 if q else 256, target=True)
     run_segments("segment_rollout", (1, 4), 32, 256, target=True)
     with part("slots_vs_paged"):
