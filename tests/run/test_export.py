@@ -32,7 +32,7 @@ KINDS = {"full": (), "lora": ("model.lora.rank=4", "model.lora.alpha=16")}
 
 
 @pytest.mark.parametrize("kind", list(KINDS))
-def test_exported_folder_generates_our_engines_greedy_tokens(eos_model_dir, tmp_path, kind):
+def test_exported_folder_generates_our_engines_greedy_tokens(eos_model_dir, tmp_path, kind, capsys):
     if kind == "lora":
         pytest.importorskip("peft")
     run = tmp_path / "run"
@@ -42,6 +42,8 @@ def test_exported_folder_generates_our_engines_greedy_tokens(eos_model_dir, tmp_
     assert {"config.json", "model.safetensors", "generation_config.json", "tokenizer.json"} <= {
         p.name for p in out.iterdir()}
     assert not (out / "adapter_config.json").exists()
+    assert main(["export", str(run), "-o", str(tmp_path / "again")]) == 0  # the command says what it merged
+    assert ("LoRA adapters merged" in capsys.readouterr().out) is (kind == "lora")
 
     ckpt = run / "checkpoints" / "step_000002" / "model"
     ours = load_policy_model(ModelConfig(), str(ckpt))  # the run's final policy (adapters apart for LoRA)
@@ -70,7 +72,8 @@ def test_export_command_writes_the_chosen_step(eos_model_dir, tmp_path, capsys):
     train(load_run_config(None, run_overrides(eos_model_dir, "checkpoint.export=false", "checkpoint.keep=2")), run)
     assert not (run / "export").exists()
     assert main(["export", str(run), "--step", "1", "-o", str(tmp_path / "step1")]) == 0
-    assert "exported" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert f"exported step_000001 to {tmp_path / 'step1'} (" in out and "LoRA" not in out  # no adapters to merge
     exported = AutoModelForCausalLM.from_pretrained(tmp_path / "step1", local_files_only=True).state_dict()
     from safetensors.torch import load_file
 
@@ -78,5 +81,5 @@ def test_export_command_writes_the_chosen_step(eos_model_dir, tmp_path, capsys):
     assert all(torch.equal(exported[k], v) for k, v in step1.items())
     assert main(["export", str(run), "--step", "7"]) == 2  # no such checkpoint: one line, exit 2
     err = capsys.readouterr().err.strip().splitlines()
-    assert len(err) == 1 and "step_000007" in err[0], err
+    assert len(err) == 1 and "no checkpoint of step 7 (the run keeps steps 1, 2)" in err[0], err
     assert json.loads((run / "summary.json").read_text())["steps"] == 2

@@ -20,6 +20,7 @@ import shutil
 from pathlib import Path
 
 from ulorl.run.checkpoint import CHECKPOINTS, CheckpointError, find_resumable, step_dir, verify_checkpoint
+from ulorl.run.checkpoint.store import checkpoint_dirs
 
 EXPORT_DIR = "export"
 
@@ -29,6 +30,10 @@ def checkpoint_of(run_dir: str | Path, step: int | None = None) -> Path:
     root = Path(run_dir) / CHECKPOINTS
     if step is not None:
         path = step_dir(root, step)
+        if not path.is_dir():
+            kept = [str(s) for s, _ in checkpoint_dirs(root)]
+            raise CheckpointError(f"{run_dir}: no checkpoint of step {step} (" + (
+                f"the run keeps steps {', '.join(kept)}" if kept else "it has no checkpoints") + ")")
         verify_checkpoint(path)
         return path
     path, notes = find_resumable(root)
@@ -67,11 +72,6 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
     return out
 
 
-def export_run(run_dir: str | Path, step: int | None = None, out_dir: str | Path | None = None) -> Path:
-    """Export `run_dir`'s checkpoint (`checkpoint_of`) into `out_dir` (default `RUN/export`)."""
-    return export_checkpoint(checkpoint_of(run_dir, step), out_dir or Path(run_dir) / EXPORT_DIR)
-
-
 def add_export_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a `ulorl train` run folder")
     p.add_argument("--step", type=int, default=None, help="the checkpoint of step N (default: the newest complete one)")
@@ -79,6 +79,10 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
 
 
 def run_export(args) -> int:
-    out = export_run(args.run, args.step, args.output)
-    print(f"exported {out} (config.json, model.safetensors, tokenizer, generation_config.json; LoRA merged)")
+    """`ulorl export`: the run's checkpoint (`checkpoint_of`) into `--output` (default `RUN/export`)."""
+    checkpoint = checkpoint_of(args.run, args.step)
+    out = export_checkpoint(checkpoint, args.output or Path(args.run) / EXPORT_DIR)
+    merged = "; LoRA adapters merged" if (checkpoint / "model" / "adapter_model.safetensors").is_file() else ""
+    print(f"exported {checkpoint.name} to {out} (config.json, model.safetensors, tokenizer, generation_config.json"
+          f"{merged})")
     return 0
