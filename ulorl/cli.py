@@ -1,4 +1,4 @@
-"""The `ulorl` command line: train | sft | eval | clean | plot | plan | config.
+"""The `ulorl` command line: train | sft | eval | clean | plot | plan | show | export | config.
 
 Configuration follows verl's style: a YAML preset plus dotted overrides,
 `ulorl train --config configs/demo.yaml rollout.num_segments=4 algo.is_mode=sais`.
