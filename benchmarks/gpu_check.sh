@@ -310,10 +310,13 @@ if (out / "gpu_learner_long.json").exists():
         got = r.get("measured_increment_gib")
         print(f"gpu_check: learner_long L={r['length']}: predicted {r['predicted_increment_gib']:.2f} GiB, measured "
               f"{'-' if got is None else f'{got:.2f}'} GiB{' (' + r['skipped'] + ')' if 'skipped' in r else ''}")
-    packed = json.loads((out / "gpu_learner_long.json").read_text()).get("packed", {})
-    print(f"gpu_check: learner packed row: " + ", ".join(f"{k} {v['update_s']:.2f} s per update"
-                                                         for k, v in packed.get("kernels", {}).items())
-          + f" (chosen: {packed.get('chosen', '-')}){' ' + packed['error'] if 'error' in packed else ''}")
+    packed = json.loads((out / "gpu_learner_long.json").read_text()).get("packed")
+    if packed is None:  # the part did not start or did not end (its timeout)
+        print("gpu_check: learner packed row: not measured")
+    else:
+        print(f"gpu_check: learner packed row: " + ", ".join(f"{k} {v['update_s']:.2f} s per update"
+                                                             for k, v in packed.get("kernels", {}).items())
+              + f" (chosen: {packed.get('chosen', '-')}){' ' + packed['error'] if 'error' in packed else ''}")
 EOF
 fi
 # -- 7. the report: issue 26's targets met or not, the decode cost fitted to the decode table and what it prices
