@@ -15,7 +15,8 @@ import sys
 import time
 from pathlib import Path
 
-OVERRIDES_HELP = "dotted config overrides, e.g. rollout.num_segments=4 algo.is_mode=sais train.steps=20"
+OVERRIDES_HELP = ("dotted config overrides, e.g. rollout.num_segments=4 algo.is_mode=sais train.steps=20 "
+                  "(every key and its default: `ulorl config`)")
 
 
 def _quiet_transformers() -> None:
