@@ -63,7 +63,8 @@ def resolve_model_path(path: str | os.PathLike) -> Path:
 
 def _run_folder_hint(folder: Path) -> str:
     """For a `ulorl train` run folder given as a model: the model folders inside it (its export, its newest
-    checkpoint's policy) to give instead; '' for any other folder."""
+    checkpoint's policy) to give instead; '' for any other folder. The names are `ulorl.run`'s `EXPORT_DIR` and
+    `CHECKPOINTS`, spelled here: models sit below the run wing and import nothing of it."""
     models = [folder / "export"] if (folder / "export" / "config.json").is_file() else []
     checkpoints = sorted(folder.glob("checkpoints/step_*/model/config.json"))
     models += [checkpoints[-1].parent] if checkpoints else []
