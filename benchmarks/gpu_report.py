@@ -124,11 +124,11 @@ def targets(p: dict) -> list[tuple[str, str, bool | None]]:
     out.append((f"segment rollout: M = 4 >= {SEGMENT_TARGET:g}x M = 1 (32 groups x 8, L = 16k)",
                 "-" if sp is None else f"{sp:.2f}x (an engine at the floor: {_x(seg.get('floor_speedup_M4'))})",
                 None if sp is None else sp >= SEGMENT_TARGET))
-    s = p.get("slots_vs_paged")
+    s, slots = p.get("slots_vs_paged"), "128 rows of the 1.7B shape at 16k in the pool of 25 slots"
     if not s:
-        out.append(("128 rows of the 1.7B shape at 16k in the pool of 25 slots", "-", None))
+        out.append((slots, "-", None))
     elif "error" in s:
-        out.append(("128 rows of the 1.7B shape at 16k in the pool of 25 slots", f"error: {s['error'][:200]}", False))
+        out.append((slots, f"error: {s['error'][:200]}", False))
     else:
         out.append((f"{s['rows']} rows of the 1.7B shape at {s['cap']:,} tokens in the pool of "
                     f"{s['slot_rows_of_pool']} slots",
