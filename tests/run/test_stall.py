@@ -16,23 +16,16 @@ from ulorl.run.stall import StallError, hint
 from ulorl.run.loop import train_step
 
 
-class ConstantReward:
+class ConstantReward(FakeReward):
+    """The same reward for every response (so every group is uniform and dynamic sampling drops it)."""
+
     def __init__(self, value: float) -> None:
+        super().__init__()
         self.value = value
 
     def score(self, responses, ground_truths, data_sources, extra_infos=None, **kwargs):
+        self.calls += 1
         return [self.value] * len(responses)
-
-    def score_detailed(self, responses, *args, **kwargs):  # every reward computed
-        from ulorl.reward import RewardScores
-
-        return RewardScores(self.score(responses, *args, **kwargs), [None] * len(responses))
-
-    def metrics(self):
-        return {}
-
-    def close(self):
-        pass
 
 
 def session(tmp_path, reward, overrides):
