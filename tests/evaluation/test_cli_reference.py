@@ -78,3 +78,31 @@ def test_eval_of_the_builtin_model_says_it_is_untrained(tmp_path, tiny_model_dir
     assert "note: --model builtin is the built-in tiny model with random weights" in capsys.readouterr().out
     assert main(["eval", "--model", str(tiny_model_dir), *common, "-o", str(tmp_path / "b")]) == 0
     assert "note: --model" not in capsys.readouterr().out  # a folder: whatever it holds, no note
+
+
+def test_eval_of_a_runs_model_points_to_the_runs_config(tmp_path, tiny_model_dir, capsys):
+    """A model inside a run folder (its export, a checkpoint's policy) is scored with eval's defaults unless the
+    run's config is given; the note says how to score it as the run's report did."""
+    import shutil
+
+    from ulorl.evaluation.cli import run_config_of
+
+    run = tmp_path / "run"
+    shutil.copytree(tiny_model_dir, run / "export")
+    (run / "checkpoints" / "step_000002").mkdir(parents=True)
+    (run / "config.yaml").write_text("eval:\n  k: 1\n  max_new_tokens: 4\n")
+    config = (run / "config.yaml").resolve()
+    assert run_config_of(str(run / "export")).resolve() == config
+    assert run_config_of(str(run / "checkpoints" / "step_000002" / "model")).resolve() == config
+    (tmp_path / "other").mkdir()
+    (tmp_path / "other" / "config.yaml").write_text("model:\n  path: x\n")  # no eval section: not a run's
+    assert run_config_of(str(tmp_path / "other" / "model")) is None
+
+    common = ["--data", "builtin:chain", "--num-problems", "1", "--k", "1", "--pass-k", "1", "--max-new-tokens", "4"]
+    assert main(["eval", "--model", str(run / "export"), *common, "-o", str(tmp_path / "a")]) == 0
+    out = capsys.readouterr().out
+    shown = run_config_of(str(run / "export"))  # relative to the working folder where below it
+    assert f"note: {run / 'export'} comes from the run in {shown.parent}" in out and f"--config {shown} " in out
+    assert main(["eval", "--model", str(run / "export"), "--config", str(run / "config.yaml"), *common,
+                 "-o", str(tmp_path / "b")]) == 0
+    assert "comes from the run" not in capsys.readouterr().out

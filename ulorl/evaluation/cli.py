@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from dataclasses import fields
 from pathlib import Path
 
@@ -106,6 +107,23 @@ def eval_config(args: argparse.Namespace) -> EvalConfig:
 def model_path(args: argparse.Namespace) -> str:
     """`--model`, else --config's `model.path`, else the built-in model."""
     return args.model or str(_preset(args, "model").get("path") or "builtin")
+
+
+def run_config_of(model: str) -> Path | None:
+    """The `config.yaml` of the `ulorl train` / `ulorl sft` run folder a model folder sits in (RUN/export,
+    RUN/warm_start/model, RUN/checkpoints/step_N/model, an SFT run's RUN/model), or None. A run's config is the
+    one with an `eval:` section, so a stray config.yaml above an unrelated folder is not taken for one."""
+    import yaml
+
+    for folder in list(Path(model).resolve().parents)[:3]:
+        config = folder / "config.yaml"
+        try:
+            if config.is_file() and "eval" in (yaml.safe_load(config.read_text()) or {}):
+                relative = os.path.relpath(config)  # as the user would type it, where it is below this folder
+                return config if relative.startswith("..") else Path(relative)
+        except (OSError, yaml.YAMLError, TypeError):  # not a run's config: no hint
+            continue
+    return None
 
 
 def data_sources(args: argparse.Namespace) -> list[str]:
@@ -241,6 +259,10 @@ def run_eval(args: argparse.Namespace) -> int:
     if is_builtin(path):
         print(f"note: --model {path} is the built-in tiny model with random weights, not a trained one (a run's: "
               "--model RUN/export)")
+    elif not args.config and (run_config := run_config_of(path)) is not None:
+        print(f"note: {path} comes from the run in {run_config.parent}, whose report scored it with that run's "
+              f"`eval:` settings and held-out set; add --config {run_config} to score it the same way (flags "
+              "still win)")
     model = load_model(path, dtype=args.dtype, trust_remote_code=args.trust_remote_code, device=args.device)
     engine = build_engine(_engine_name(args), model, tokenizer, eos_token_ids(model, tokenizer),
                           max_batch=cfg.batch_size, model_path=path, seed=cfg.seed, torch=torch_options(args))
