@@ -47,8 +47,8 @@ CONFIG_MAY_IMPORT = ("ulorl", "ulorl.errors", "ulorl.config", "ulorl.config.", "
 UPPER_LAYERS = ("ulorl.run", "ulorl.learners", "ulorl.cli", "ulorl.api", "ulorl.plan", "ulorl.models",
                 "ulorl.rollout.segment", "ulorl.rollout.pools", "ulorl.rollout.collect",
                 "ulorl.rollout.engines.hf", "ulorl.rollout.engines.torch.engine", "ulorl.rollout.engines.vllm",
-                "ulorl.distributed", "ulorl.reward.manager", "ulorl.reward.pool", "ulorl.reward.rule",
-                "ulorl.reward.terms", "ulorl.evaluation", "ulorl.data", "ulorl.cleaning")
+                "ulorl.distributed", "ulorl.reward.manager", "ulorl.reward.pool", "ulorl.reward.zygote",
+                "ulorl.reward.rule", "ulorl.reward.terms", "ulorl.evaluation", "ulorl.data", "ulorl.cleaning")
 
 # the top level: entry points and shared leaves only; everything that runs a job is in ulorl/run/
 TOP_LEVEL_FILES = {"__init__.py", "api.py", "cli.py", "errors.py", "trajectory.py", "lazy_exports.py",
