@@ -40,8 +40,8 @@ CONFIG_MODULES = _config_modules()
 # what the config layer may reach (a name, or a package prefix ending in ".")
 CONFIG_MAY_IMPORT = ("ulorl", "ulorl.errors", "ulorl.config", "ulorl.config.", "ulorl.algo", "ulorl.algo.",
                      "ulorl.tasks", "ulorl.tasks.", "ulorl.rollout.engines.base", "ulorl.rollout.engines.registry",
-                     "ulorl.reward.registry", "ulorl.reward.extract", "ulorl.reward.judge", "ulorl.reward.overlong",
-                     "ulorl.logging", "ulorl.logging.")
+                     "ulorl.reward.registry", "ulorl.reward.extract", "ulorl.reward.judge",
+                     "ulorl.reward.judge_backends", "ulorl.reward.overlong", "ulorl.logging", "ulorl.logging.")
 
 # never below the config: components are built from a config, not the reverse (a readable subset of the above)
 UPPER_LAYERS = ("ulorl.run", "ulorl.learners", "ulorl.cli", "ulorl.api", "ulorl.plan", "ulorl.models",
