@@ -89,12 +89,13 @@ def test_eval_of_a_runs_model_points_to_the_runs_config(tmp_path, tiny_model_dir
 
     run = tmp_path / "run"
     shutil.copytree(tiny_model_dir, run / "export")
-    (run / "checkpoints" / "step_000002").mkdir(parents=True)
+    (run / "checkpoints" / "step_000002" / "model").mkdir(parents=True)
     (run / "config.yaml").write_text("eval:\n  k: 1\n  max_new_tokens: 4\n")
     config = (run / "config.yaml").resolve()
     assert run_config_of(str(run / "export")).resolve() == config
     assert run_config_of(str(run / "checkpoints" / "step_000002" / "model")).resolve() == config
-    (tmp_path / "other").mkdir()
+    assert run_config_of(str(run / "model.gguf")) is None  # not a folder: a file, a package's name
+    (tmp_path / "other" / "model").mkdir(parents=True)
     (tmp_path / "other" / "config.yaml").write_text("model:\n  path: x\n")  # no eval section: not a run's
     assert run_config_of(str(tmp_path / "other" / "model")) is None
 

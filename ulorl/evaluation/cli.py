@@ -115,13 +115,15 @@ def run_config_of(model: str) -> Path | None:
     one with an `eval:` section, so a stray config.yaml above an unrelated folder is not taken for one."""
     import yaml
 
+    if not Path(model).is_dir():  # a .gguf file, a package's name, the built-in model
+        return None
     for folder in list(Path(model).resolve().parents)[:3]:
         config = folder / "config.yaml"
         try:
-            if config.is_file() and "eval" in (yaml.safe_load(config.read_text()) or {}):
+            if config.is_file() and isinstance(data := yaml.safe_load(config.read_text()), dict) and "eval" in data:
                 relative = os.path.relpath(config)  # as the user would type it, where it is below this folder
                 return config if relative.startswith("..") else Path(relative)
-        except (OSError, yaml.YAMLError, TypeError):  # not a run's config: no hint
+        except (OSError, yaml.YAMLError):  # not a run's config: no hint
             continue
     return None
 
