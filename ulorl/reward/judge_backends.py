@@ -35,7 +35,6 @@ class JudgeTimeout(JudgeError):
     """The judge backend did not answer in time."""
 
 
-
 Messages = list[dict[str, str]]
 
 
