@@ -80,9 +80,12 @@ def add_export_arguments(p: argparse.ArgumentParser) -> None:
 
 def run_export(args) -> int:
     """`ulorl export`: the run's checkpoint (`checkpoint_of`) into `--output` (default `RUN/export`)."""
+    from ulorl.models.lora import adapter_base
+
     checkpoint = checkpoint_of(args.run, args.step)
     out = export_checkpoint(checkpoint, args.output or Path(args.run) / EXPORT_DIR)
-    merged = "; LoRA adapters merged" if (checkpoint / "model" / "adapter_model.safetensors").is_file() else ""
+    # an adapter folder, as `load_policy_model` tells one when it rebuilds the policy that was just merged
+    merged = "; LoRA adapters merged" if adapter_base(checkpoint / "model") is not None else ""
     print(f"exported {checkpoint.name} to {out} (config.json, model.safetensors, tokenizer, generation_config.json"
           f"{merged})")
     return 0
