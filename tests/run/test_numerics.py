@@ -43,6 +43,15 @@ def _env_without_pins() -> dict:
     return {k: v for k, v in os.environ.items() if k not in CPU_NUMERICS["portable"]}
 
 
+def _unpin(monkeypatch) -> None:
+    """Remove `portable`'s variables for this test only. `delenv` alone records nothing for a variable that is not
+    there, so one the test then sets would outlive it, and every engine or learner child spawned by a later test in
+    this process would compute on MKL's other branch than its parent."""
+    for key in CPU_NUMERICS["portable"]:
+        monkeypatch.setenv(key, "")
+        monkeypatch.delenv(key)
+
+
 def _fingerprint(model_dir, mode: str = "", env: dict | None = None) -> dict:
     base = _env_without_pins()
     out = subprocess.run([sys.executable, "-c", _FINGERPRINT, mode, str(model_dir)], env={**base, **(env or {})},
@@ -61,8 +70,7 @@ def test_portable_in_process_equals_the_pins_set_in_the_environment(tiny_model_d
 
 
 def test_native_changes_nothing(monkeypatch):
-    for key in CPU_NUMERICS["portable"]:
-        monkeypatch.delenv(key, raising=False)
+    _unpin(monkeypatch)
     apply_cpu_numerics("native")
     assert not any(key in os.environ for key in CPU_NUMERICS["portable"])
 
@@ -84,9 +92,10 @@ def test_portable_keeps_the_same_branch_with_options(monkeypatch):
 
     if torch.backends.cpu.get_cpu_capability() != "AVX2":
         monkeypatch.setattr(torch.backends.cpu, "get_cpu_capability", lambda: "AVX2")  # this process chose long ago
+    _unpin(monkeypatch)
     for value in ("COMPATIBLE,STRICT", "BRANCH=COMPATIBLE", "compatible"):
         monkeypatch.setenv("MKL_CBWR", value)
-        monkeypatch.delenv("ATEN_CPU_CAPABILITY", raising=False)
+        os.environ.pop("ATEN_CPU_CAPABILITY", None)  # _unpin's undo removes it after the test
         apply_cpu_numerics("portable")
         assert os.environ["MKL_CBWR"] == value and os.environ["ATEN_CPU_CAPABILITY"] == "avx2"
 
@@ -99,17 +108,20 @@ def test_portable_after_torch_chose_its_kernels_is_an_error_unless_it_chose_avx2
             "native = torch.backends.cpu.get_cpu_capability()\n"
             "torch.ones(8).exp()\n"
             "from ulorl.run.numerics import apply_cpu_numerics, NumericsError\n"
+            "import os\n"
             "try:\n    apply_cpu_numerics('portable'); err = ''\n"
             "except NumericsError as e:\n    err = str(e)\n"
-            "print(json.dumps({'native': native, 'err': err}))\n")
+            "pins = [os.environ.get(k) for k in ('ATEN_CPU_CAPABILITY', 'MKL_CBWR')]\n"
+            "print(json.dumps({'native': native, 'err': err, 'pins': pins}))\n")
     base = _env_without_pins()
     out = json.loads(subprocess.run([sys.executable, "-c", code], env=base, capture_output=True, text=True,
                                     timeout=120, check=True).stdout.strip().splitlines()[-1])
     if out["native"] == "AVX2":
-        assert out["err"] == ""
+        assert out["err"] == "" and out["pins"] == ["avx2", "COMPATIBLE"]
     else:
         assert f"already dispatches to {out['native']} kernels" in out["err"]
         assert "ATEN_CPU_CAPABILITY=avx2 MKL_CBWR=COMPATIBLE" in out["err"]
+        assert out["pins"] == [None, None]  # the error leaves the environment as it was
 
 
 def test_the_config_names_the_modes():
@@ -128,15 +140,14 @@ def test_ulorl_sft_pins_before_its_work_or_says_it_came_too_late(tmp_path, capsy
     from ulorl.cli import main
     from ulorl.run import sft_report
 
-    for key in CPU_NUMERICS["portable"]:
-        monkeypatch.delenv(key, raising=False)  # restored after the test
+    _unpin(monkeypatch)
     ran = []
     monkeypatch.setattr(sft_report, "sft_and_report", lambda cfg, run_dir: ran.append(cfg) or {})
     rc = main(["sft", "-o", str(tmp_path / "run"), "train.cpu_numerics=portable"])
-    assert os.environ["MKL_CBWR"] == "COMPATIBLE"
     if torch.backends.cpu.get_cpu_capability() == "AVX2":
-        assert (rc, len(ran)) == (0, 1)
+        assert (rc, len(ran)) == (0, 1) and os.environ["MKL_CBWR"] == "COMPATIBLE"
     else:
+        assert "MKL_CBWR" not in os.environ  # the error leaves the environment as it was
         err = capsys.readouterr().err
         assert (rc, ran) == (2, [])
         assert "train.cpu_numerics=portable: torch already dispatches" in err and len(err.strip().splitlines()) == 1

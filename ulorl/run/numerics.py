@@ -51,7 +51,8 @@ def apply_cpu_numerics(mode: str) -> None:
 
     Sets `CPU_NUMERICS[mode]` in the environment (a value already there is kept when it names the same pin, e.g.
     `MKL_CBWR=COMPATIBLE,STRICT`; any other is a `ConfigError` naming the variable), then checks that torch
-    dispatches to the pinned kernel family (`NumericsError` if it chose before)."""
+    dispatches to the pinned kernel family (`NumericsError` if it chose before). On either error the environment
+    is left as it was: children spawned later compute as this process does."""
     env = CPU_NUMERICS[mode]
     if not env:
         return
@@ -64,11 +65,14 @@ def apply_cpu_numerics(mode: str) -> None:
         if have is not None and value.upper() not in re.split(r"[,=\s]+", have.upper()):
             raise ConfigError(f"train.cpu_numerics={mode} sets {key}={value}, but the environment has {key}={have}: "
                               f"unset it, or use train.cpu_numerics=native to keep it")
-        os.environ.setdefault(key, value)
+    added = [key for key in env if key not in os.environ]
+    os.environ.update({key: env[key] for key in added})
     import torch
 
     capability = torch.backends.cpu.get_cpu_capability()
     if capability != env["ATEN_CPU_CAPABILITY"].upper():
+        for key in added:
+            del os.environ[key]
         raise NumericsError(
             f"train.cpu_numerics={mode}: torch already dispatches to {capability} kernels in this process (it reads "
             f"ATEN_CPU_CAPABILITY at its first tensor operation, which came before the run); start Python with "
