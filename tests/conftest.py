@@ -20,6 +20,13 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 torch.set_num_threads(1)
 
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject's addopts): one worker per core this process may use, at most 4. Each test runs on one
+    thread, so two workers fill a 2-core CI machine; more than 4 would mostly add start-up (each worker imports
+    torch and builds its own tiny models) and memory."""
+    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def _isolated_cache(tmp_path_factory):
     """The built-in model is created in a per-session cache, never in the user's home."""
@@ -34,6 +41,27 @@ def _isolated_cache(tmp_path_factory):
         os.environ.pop("ULORL_CACHE", None)
     else:
         os.environ["ULORL_CACHE"] = old
+
+
+@pytest.fixture(autouse=True)
+def _numerics_pins_unchanged():
+    """A test that leaves `train.cpu_numerics`' variables set (MKL's branch, torch's kernel family) changes the
+    floats of every engine or learner child spawned after it in this process, as children inherit the environment
+    while the parent keeps what it chose at its first operation: such a test fails here, and the values it changed
+    are put back."""
+    from ulorl.config.train import CPU_NUMERICS
+
+    keys = CPU_NUMERICS["portable"]
+    before = {key: os.environ.get(key) for key in keys}
+    yield
+    changed = {key: os.environ.get(key) for key in keys if os.environ.get(key) != before[key]}
+    for key in changed:
+        if before[key] is None:
+            del os.environ[key]
+        else:
+            os.environ[key] = before[key]
+    if changed:
+        pytest.fail(f"the test left {changed} in the environment (it was {before}): use monkeypatch")
 
 
 @pytest.fixture(scope="session")
