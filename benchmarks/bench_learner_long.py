@@ -108,11 +108,11 @@ def _learner(variant: str, L: int, sp: int = 1):
     return model, train, AlgoConfig()
 
 
-def _sp_rank(rank: int, L: int, port: int, out: str) -> None:
+def _sp_rank(rank: int, L: int, out: str) -> None:
     torch.set_num_threads(1)
     from ulorl.distributed.sharded_learner import ShardedLearner, init_process_group
 
-    init_process_group(rank, 2, "127.0.0.1", port)
+    init_process_group(rank, 2, rendezvous_file=f"{out}.rendezvous")
     model, train, algo = _learner("sp2_ckpt", L, sp=2)
     ln = ShardedLearner(model, train, algo, temperature=0.85, pad_id=0, sharding="replicate")
     Path(f"{out}.{rank}").write_text(json.dumps(measure(ln, trajs_for("sp2_ckpt", L))))
@@ -131,11 +131,9 @@ def child(variant: str, L: int) -> dict:
 
         import torch.multiprocessing as mp
 
-        from ulorl.distributed.sharded_learner import free_port
-
         with tempfile.TemporaryDirectory() as d:
             out = f"{d}/r"
-            mp.start_processes(_sp_rank, args=(L, free_port(), out), nprocs=2, start_method="fork")
+            mp.start_processes(_sp_rank, args=(L, out), nprocs=2, start_method="fork")
             ranks = [json.loads(Path(f"{out}.{r}").read_text()) for r in range(2)]
         best = max(ranks, key=lambda x: x["peak_increment_mib"])
         return {**best, "wall_s": max(r["wall_s"] for r in ranks), "ranks": ranks}

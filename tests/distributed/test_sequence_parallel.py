@@ -37,13 +37,13 @@ def test_heads_not_divisible_name_the_setting():
         check_heads(Cfg, 4)
 
 
-def _rank(rank, world, sp, port, model_dir, sharding, ckpt, out_path):
+def _rank(rank, world, sp, rendezvous, model_dir, sharding, ckpt, out_path):
     torch.set_num_threads(1)
     import torch.distributed as dist
 
     from ulorl.distributed.sharded_learner import ShardedLearner, init_process_group
 
-    init_process_group(rank, world, "127.0.0.1", port)
+    init_process_group(rank, world, rendezvous_file=rendezvous)
     try:
         model = load_model(model_dir)
         if ckpt:
@@ -67,11 +67,9 @@ def _rank(rank, world, sp, port, model_dir, sharding, ckpt, out_path):
 
 
 def run_ranks(tmp_path, model_dir, world, sp, sharding="replicate", ckpt=False):
-    from ulorl.distributed.sharded_learner import free_port
-
     out = tmp_path / f"sp{sp}_{world}_{sharding}.pt"
-    mp.start_processes(_rank, args=(world, sp, free_port(), str(model_dir), sharding, ckpt, str(out)), nprocs=world,
-                       start_method="fork")
+    mp.start_processes(_rank, args=(world, sp, f"{out}.rendezvous", str(model_dir), sharding, ckpt, str(out)),
+                       nprocs=world, start_method="fork")
     return [torch.load(f"{out}.{r}", weights_only=False) for r in range(world)]
 
 

@@ -44,11 +44,20 @@ def test_shard_groups_keeps_groups_whole_and_balances_tokens():
         shard_groups(trajs, 0)
 
 
-def _rank(rank, world, port, model_dir, sharding, num_groups, out_path):
+def test_a_group_meets_at_an_address_or_a_file_not_both():
+    from ulorl.distributed.sharded_learner import init_process_group
+
+    with pytest.raises(ValueError, match="master_addr and master_port or rendezvous_file, not neither"):
+        init_process_group(0, 2, "127.0.0.1")  # no port
+    with pytest.raises(ValueError, match="not both"):
+        init_process_group(0, 2, "127.0.0.1", 29500, rendezvous_file="/tmp/x")
+
+
+def _rank(rank, world, rendezvous, model_dir, sharding, num_groups, out_path):
     torch.set_num_threads(1)
     from ulorl.distributed.sharded_learner import ShardedLearner, init_process_group
 
-    init_process_group(rank, world, "127.0.0.1", port)
+    init_process_group(rank, world, rendezvous_file=rendezvous)
     try:
         ln = ShardedLearner(load_model(model_dir), TRAIN, ALGO, temperature=0.85, pad_id=0, sharding=sharding)
         trajs = batch(num_groups)
@@ -75,10 +84,8 @@ def _rank(rank, world, port, model_dir, sharding, num_groups, out_path):
 
 def run_ranks(tmp_path, model_dir, sharding, num_groups, world=2):
     """What each rank saw and ended with: [rank 0, rank 1]."""
-    from ulorl.distributed.sharded_learner import free_port
-
     out = tmp_path / f"{sharding}_{num_groups}.pt"
-    mp.start_processes(_rank, args=(world, free_port(), str(model_dir), sharding, num_groups, str(out)),
+    mp.start_processes(_rank, args=(world, f"{out}.rendezvous", str(model_dir), sharding, num_groups, str(out)),
                        nprocs=world, start_method="fork")
     return [torch.load(f"{out}.{r}", weights_only=False) for r in range(world)]
 

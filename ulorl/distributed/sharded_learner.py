@@ -68,12 +68,19 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def init_process_group(rank: int, world_size: int, master_addr: str, master_port: int, device: str = "cpu",
-                       timeout_s: float = 600.0) -> None:
-    """Join a process group by explicit address: gloo for CPU training, NCCL for CUDA."""
+def init_process_group(rank: int, world_size: int, master_addr: str | None = None, master_port: int | None = None,
+                       device: str = "cpu", timeout_s: float = 600.0, *, rendezvous_file: str | None = None) -> None:
+    """Join a process group: gloo for CPU training, NCCL for CUDA.
+
+    The ranks meet at an explicit address (`master_addr`, `master_port`), or, when they share a file system,
+    through `rendezvous_file`: a path no earlier group has used, which leaves no port to race for."""
+    if (rendezvous_file is None) == (master_addr is None or master_port is None):
+        raise ValueError("init_process_group: give either master_addr and master_port or rendezvous_file, "
+                         f"not {'both' if rendezvous_file is not None else 'neither'}")
+    where = f"file://{rendezvous_file}" if rendezvous_file is not None else f"tcp://{master_addr}:{master_port}"
     backend = "nccl" if torch.device(device).type == "cuda" else "gloo"
-    dist.init_process_group(backend, init_method=f"tcp://{master_addr}:{master_port}", rank=rank,
-                            world_size=world_size, timeout=timedelta(seconds=timeout_s))
+    dist.init_process_group(backend, init_method=where, rank=rank, world_size=world_size,
+                            timeout=timedelta(seconds=timeout_s))
 
 
 def resolve_sharding(sharding: str, device: str) -> ShardingName:
