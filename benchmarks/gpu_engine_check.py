@@ -95,7 +95,7 @@ def long_decode(model, dev, lengths) -> dict:
     return out
 
 
-def segment_rollout(model, tok, dev, L: int, target: int) -> dict:
+def segment_rollout(model, tok, dev, L: int, target: int, decode_batch: int) -> dict:
     from ulorl.data.records import PromptRecord
     from ulorl.rollout.engines import SamplingParams
     from ulorl.rollout.engines.registry import build_engine
@@ -111,7 +111,7 @@ def segment_rollout(model, tok, dev, L: int, target: int) -> dict:
     for m in (1, 4):
         eng = build_engine("torch", model, tok, eos, kv_cache_gib=64)
         ro = SegmentRollout(eng, PromptSource(records, seed=0), SamplingParams(temperature=1.0), group_size=8,
-                            decode_batch=128, max_response_len=L, num_segments=m, seed=0)
+                            decode_batch=decode_batch, max_response_len=L, num_segments=m, seed=0)
         pool, done, lengths, rounds, decoded = UnfinishedPool(), 0, [], 0, 0
         t0 = time.perf_counter()
         eng.warm_up(8 + L)  # every batch bucket compiled and captured first (as `reserve` does in a run)
@@ -161,7 +161,7 @@ def main() -> int:
         tok, model = load_tokenizer(d), load_model(d).to(dev)
     model.eval()
     lengths = (64, 256) if args.quick else (2048, 8192)
-    L, target = (256, 32) if args.quick else (4096, 256)
+    L, target, decode_batch = (256, 32, 32) if args.quick else (4096, 256, 128)
     result = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "quick": args.quick}
     result["correctness"] = ok = correctness(model, tok, dev)
     print(f"log-probs against the learner: max abs difference {ok['max_abs_diff']:.2e} (contract 1e-5)",
@@ -177,7 +177,7 @@ def main() -> int:
         write_result(result, args.out)
     result["long_decode"] = long_decode(model, dev, lengths)
     write_result(result, args.out)
-    result["segment_rollout"] = segment_rollout(model, tok, dev, L, target)
+    result["segment_rollout"] = segment_rollout(model, tok, dev, L, target, decode_batch)
     result["machine"], result["elapsed_s"] = machine(), time.perf_counter() - t_start
     return emit(result, args.out)
 
