@@ -99,7 +99,7 @@ def test_template_rejection_is_a_bad_row(tmp_path):
     p = tmp_path / "d.jsonl"
     p.write_text(json.dumps(GOOD) + "\n" + json.dumps({"prompt": [{"role": "tool", "content": "x"}],
                                                        "answer": "1"}) + "\n")
-    with pytest.raises(DataError, match="row 1, field 'prompt'.*chat template"):
+    with pytest.raises(DataError, match="row 1, field 'prompt'.*chat template.*set data.on_bad_row=skip"):
         load_source(str(p), strict, DataConfig())
     recs, rep = load_source(str(p), strict, DataConfig(on_bad_row="skip"))
     assert len(recs) == 1 and rep.skipped_by_reason == {"bad_messages": 1}

@@ -53,6 +53,15 @@ def test_reference_without_worked_solutions_names_the_file_and_row(tmp_path, tin
     assert "--reference:" in err and "qa.jsonl: row 0" in err and "extra_info.solution" in err
 
 
+def test_a_bad_row_names_the_flag_that_skips_it(tmp_path, tiny_model_dir, capsys):
+    data = tmp_path / "qa.jsonl"
+    data.write_text(json.dumps({"prompt": "1 + 1", "answer": "2"}) + "\n" + json.dumps({"prompt": 5}) + "\n")
+    rc = main(["eval", "--model", str(tiny_model_dir), "--data", str(data), "--k", "1", "-o", str(tmp_path / "ev")])
+    err = capsys.readouterr().err
+    assert rc != 0 and "qa.jsonl: row 1, field 'prompt'" in err and "set --on-bad-row skip" in err, err
+    assert "data.on_bad_row" not in err  # `ulorl eval` has no such setting on its command line
+
+
 def test_eval_past_the_models_positions_is_warned(tmp_path, tiny_model_dir, capsys):
     """A copy of the tiny model that says it was made for 64 positions: prompts of the chain task plus 64 new
     tokens pass them, and the run says so before sampling."""

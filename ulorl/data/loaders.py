@@ -112,13 +112,14 @@ def encode_prompts(tokenizer, texts: list[str]) -> list[list[int]]:
     return tokenizer(texts, add_special_tokens=special)["input_ids"]
 
 
-def load_source(source: str, tokenizer, cfg: DataConfig, split: str = "train",
-                id_offset: int = 0) -> tuple[list[PromptRecord], LoadReport]:
+def load_source(source: str, tokenizer, cfg: DataConfig, split: str = "train", id_offset: int = 0,
+                skip_hint: str = "data.on_bad_row=skip") -> tuple[list[PromptRecord], LoadReport]:
     """Load, validate, render and length-filter one source (no shuffling).
 
-    A record's `prompt_id` is its row index plus `id_offset` (rows of the sources loaded before it)."""
+    A record's `prompt_id` is its row index plus `id_offset` (rows of the sources loaded before it);
+    `skip_hint` is how the caller's user skips bad rows, as for `validate_source`."""
     raw = read_source(source, cfg, split)
-    valid, report = validate_source(raw, cfg.on_bad_row)
+    valid, report = validate_source(raw, cfg.on_bad_row, skip_hint)
     rendered: list[tuple[ValidRow, str]] = []
     for v in valid:
         try:
@@ -127,7 +128,7 @@ def load_source(source: str, tokenizer, cfg: DataConfig, split: str = "train",
             issue = RowIssue(v.index, raw.schema.prompt_key, "bad_messages", "messages the chat template accepts",
                              f"{type(e).__name__}: {e}")
             if cfg.on_bad_row == "error":
-                raise DataError(issue.message(raw.name)) from e
+                raise DataError(f"{issue.message(raw.name)}; fix the data or set {skip_hint}") from e
             report.add_bad(issue)
     token_lists = encode_prompts(tokenizer, [t for _, t in rendered])
     records = []

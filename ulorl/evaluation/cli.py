@@ -250,7 +250,7 @@ def run_eval(args: argparse.Namespace) -> int:
     tokenizer = load_tokenizer(path, trust_remote_code=args.trust_remote_code)
     sets = {}
     for source in sources:  # load (and validate) everything before the first sample is drawn
-        records, report = load_source(source, tokenizer, data_cfg, split="eval")
+        records, report = load_source(source, tokenizer, data_cfg, split="eval", skip_hint="--on-bad-row skip")
         print(report.summary())
         if cfg.reference:
             referenced_rows(cfg, records, source, "--reference")
