@@ -8,7 +8,7 @@ import os
 from dataclasses import fields
 from pathlib import Path
 
-from ulorl.config.data import BUILTIN_CHAIN, DataConfig
+from ulorl.config.data import BUILTIN_CHAIN, BadRowPolicy, DataConfig, DataFormat
 from ulorl.config.evaluation import EvalConfig
 from ulorl.config.loader import build
 from ulorl.config.rollout import TorchEngineConfig
@@ -58,13 +58,15 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
                         help=f"with --reference, also the mean over problems whose worked solution has at least this "
                              f"many tokens (default {_DEFAULTS['long_tokens']})")
     # how rows are read: each flag left out comes from --config's data section, else the default shown
-    parser.add_argument("--format", default=None, help="auto | verl | jsonl | trl | disk (default auto)")
+    parser.add_argument("--format", default=None, choices=[f.value for f in DataFormat],
+                        help="how the rows are laid out (default auto: by name and columns)")
     parser.add_argument("--prompt-key", default=None, help="default prompt")
     parser.add_argument("--answer-key", default=None, help="default answer")
     parser.add_argument("--data-source-key", default=None, help="default data_source")
     parser.add_argument("--max-prompt-len", type=int, default=None,
                         help=f"default {_MAX_PROMPT_LEN}; with --config, its data.max_prompt_len as training reads it")
-    parser.add_argument("--on-bad-row", default=None, help="error | skip (default error)")
+    parser.add_argument("--on-bad-row", default=None, choices=[b.value for b in BadRowPolicy],
+                        help="skip: count bad rows in the report and go on (default error)")
     parser.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
     parser.add_argument("--cpu-numerics", default=None, choices=sorted(CPU_NUMERICS),
                         help="native | portable: pinned CPU kernels, as train.cpu_numerics (default: "
