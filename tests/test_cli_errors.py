@@ -58,6 +58,15 @@ CONFIG_CASES = {
         "train", ["reward.api_key_env='ULORL_TEST_UNSET_KEY'", "not set"]),
     "a CUDA device that is not there": (lambda t: ["train", "-o", str(t / "run"), *QUICK, "train.device=cuda:64"],
                                         "train", ["train.device='cuda:64'", "no such device"]),
+    "eval on a CUDA device that is not there": (lambda t: ["eval", "--device", "cuda:64", "-o", str(t / "ev")],
+                                                "eval", ["--device='cuda:64'", "no such device", "use --device cpu"]),
+    "eval on a device torch does not know": (lambda t: ["eval", "--device", "gpu0", "-o", str(t / "ev")], "eval",
+                                             ["--device='gpu0' is not a device torch knows"]),
+    "clean's model steps on a CUDA device that is not there": (
+        lambda t: ["clean", "--input", "builtin:chain", "-o", str(t / "c.jsonl"), "--model", "builtin",
+                   "--device", "cuda:64"], "clean", ["--device='cuda:64'", "no such device"]),
+    "eval's pass@k above its k": (lambda t: ["eval", "--k", "4", "--pass-k", "1", "8", "-o", str(t / "ev")], "eval",
+                                  ["--pass-k 1 8", "--k is 4", "raise --k to 8"]),
 }
 
 

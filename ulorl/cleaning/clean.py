@@ -17,6 +17,8 @@ from pathlib import Path
 from ulorl.cleaning.steps import (MODEL_STEPS, RULE_STEPS, STEPS, Action, CleanContext, CleanOptions, CleanStep,
                                   parse_steps)
 from ulorl.config.data import BadRowPolicy, DataConfig, DataFormat
+from ulorl.config.machine import check_device
+from ulorl.config.model import MODEL_DTYPES
 from ulorl.data.formats import Storage, detect_storage, output_storage, write_rows
 from ulorl.data.loaders import read_source, validate_source
 from ulorl.data.records import DataError
@@ -176,7 +178,7 @@ def add_clean_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
                         help="skipped rows are counted in the report")
     parser.add_argument("--engine", default=EngineName.HF.value, choices=[e.value for e in EngineName],
                         help="engine the model steps sample through (default hf: any transformers LM)")
-    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--dtype", default="float32", choices=MODEL_DTYPES)
     parser.add_argument("--device", default="cpu")
     add_reward_arguments(parser)  # --config / --reward: how model samples are scored, as in training
     return parser
@@ -222,6 +224,8 @@ def run_clean(args: argparse.Namespace) -> int:
         raise DataError(f"--steps: {e}") from None
     if any(s in MODEL_STEPS for s in parse_steps(steps)) and not args.model:
         raise DataError(f"--steps {steps}: steps {[s.value for s in MODEL_STEPS]} need at least one --model PATH")
+    if args.model:  # the model steps run on it
+        check_device("--device", args.device, "--device cpu")
     out_storage = _output_storage(args.output, _input_storage(args))
     raw = read_source(args.input, data_cfg, split="train")
     if not raw.rows:

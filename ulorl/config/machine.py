@@ -21,8 +21,6 @@ def check_runnable(cfg: RunConfig) -> None:
     the device exists, the engine's package is installed, and the judge's API key variable is set."""
     import os
 
-    import torch
-
     check_engine_installed(cfg)
     r = cfg.reward
     if r.judge != "none" and r.judge_url and r.api_key_env and not os.environ.get(r.api_key_env):
@@ -30,13 +28,23 @@ def check_runnable(cfg: RunConfig) -> None:
                           "export it before the run (the key is read from it, never from a config)")
 
     for key, name in (("train.device", cfg.train.device), ("train.learner_device", cfg.train.learner_device)):
-        if not name:
-            continue
+        if name:
+            check_device(key, name)
+
+
+def check_device(key: str, name: str, usage: str | None = None) -> None:
+    """ConfigError naming `key` when torch sees no device `name` here. `usage` is how the user names another
+    (default `{key}=cpu`; a flag gives its own)."""
+    import torch
+
+    try:
         dev = torch.device(name)
-        count = _DEVICE_COUNT.get(dev.type, lambda torch: 0)(torch)
-        if count == 0 or (dev.index or 0) >= count:
-            raise ConfigError(f"{key}={name!r}: no such device on this machine ({count} {dev.type} device(s) "
-                              f"visible); use {key}=cpu or a visible one")
+    except RuntimeError as e:
+        raise ConfigError(f"{key}={name!r} is not a device torch knows ({e}); use cpu, cuda or cuda:N") from None
+    count = _DEVICE_COUNT.get(dev.type, lambda torch: 0)(torch)
+    if count == 0 or (dev.index or 0) >= count:
+        raise ConfigError(f"{key}={name!r}: no such device on this machine ({count} {dev.type} device(s) "
+                          f"visible); use {usage or f'{key}=cpu'} or a visible one")
 
 
 WORKERS_PER_CPU = 4  # reward workers beyond this many per usable CPU only queue for the CPU

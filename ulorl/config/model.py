@@ -11,6 +11,9 @@ from ulorl.config.loader import ConfigError, check_choice
 LORA_ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
 
 
+MODEL_DTYPES = ("float32", "bfloat16", "float16")  # what the model is loaded in (`load_model`'s dtype)
+
+
 @dataclass
 class LoraConfig:
     """`model.lora`: low-rank adapters through peft (`ulorl.models.lora`); rank 0 trains every weight."""
@@ -33,7 +36,7 @@ class LoraConfig:
 @dataclass
 class ModelConfig:
     path: str = "builtin"  # 'builtin' (tiny Qwen3 made in code) or a local HF model folder
-    dtype: str = "float32"  # float32 | bfloat16 | float16
+    dtype: str = "float32"  # one of MODEL_DTYPES
     trust_remote_code: bool = False  # never on unless asked
     warm_start: str = "sft"  # sft: run `ulorl sft` before RL (built-in task); none: start RL from `path`
     gradient_checkpointing: bool = False  # keep each decoder layer's input, recompute the rest in backward
@@ -45,7 +48,7 @@ class ModelConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)  # rank > 0: train adapters only (RL; the SFT warm start is full)
 
     def __post_init__(self) -> None:
-        check_choice("model.dtype", self.dtype, ["float32", "bfloat16", "float16"])
+        check_choice("model.dtype", self.dtype, list(MODEL_DTYPES))
         check_choice("model.warm_start", self.warm_start, ["sft", "none"])
         if self.rope_scaling_factor is not None and self.rope_scaling_factor <= 1.0:
             raise ConfigError(f"model.rope_scaling_factor={self.rope_scaling_factor} must be > 1 (or null)")

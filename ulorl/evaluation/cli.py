@@ -11,6 +11,8 @@ from pathlib import Path
 from ulorl.config.data import BUILTIN_CHAIN, BadRowPolicy, DataConfig, DataFormat
 from ulorl.config.evaluation import EvalConfig
 from ulorl.config.loader import build
+from ulorl.config.machine import check_device
+from ulorl.config.model import MODEL_DTYPES
 from ulorl.config.rollout import TorchEngineConfig
 from ulorl.config.train import CPU_NUMERICS
 from ulorl.data.loaders import load_source
@@ -67,7 +69,7 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
                         help=f"default {_MAX_PROMPT_LEN}; with --config, its data.max_prompt_len as training reads it")
     parser.add_argument("--on-bad-row", default=None, choices=[b.value for b in BadRowPolicy],
                         help="skip: count bad rows in the report and go on (default error)")
-    parser.add_argument("--dtype", default="float32", help="float32 | bfloat16 | float16")
+    parser.add_argument("--dtype", default="float32", choices=MODEL_DTYPES)
     parser.add_argument("--cpu-numerics", default=None, choices=sorted(CPU_NUMERICS),
                         help="native | portable: pinned CPU kernels, as train.cpu_numerics (default: "
                         "train.cpu_numerics of --config, else native)")
@@ -103,7 +105,11 @@ def eval_config(args: argparse.Namespace) -> EvalConfig:
     """The evaluation protocol: the flags given, else --config's `eval:` section, else `EvalConfig`'s defaults."""
     merged = dict(_preset(args, "eval"))
     merged.update({k: getattr(args, k) for k in _EVAL_FLAGS if getattr(args, k) is not None})
-    return build(EvalConfig, merged, "eval.")
+    cfg = build(EvalConfig, merged, "eval.")
+    if args.pass_k and max(args.pass_k) > cfg.k:  # asked for by name: not dropped as a preset's larger ones are
+        raise ConfigError(f"--pass-k {' '.join(map(str, args.pass_k))}: pass@k needs k samples a problem, and "
+                          f"--k is {cfg.k}; raise --k to {max(args.pass_k)} or drop the larger values")
+    return cfg
 
 
 def model_path(args: argparse.Namespace) -> str:
@@ -244,6 +250,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from ulorl.rollout.engines.registry import build_engine
     from ulorl.run.numerics import apply_cpu_numerics, numerics_report
 
+    check_device("--device", args.device, "--device cpu")
     numerics = cpu_numerics(args)
     apply_cpu_numerics(numerics)  # before any tensor operation, as `ulorl train` does
     reward_cfg = reward_config_from_args(args)  # a bad function fails here, before any model loads
