@@ -44,6 +44,13 @@ def _latin1(tmp: Path) -> list[str]:
     return ["config", "-c", str(tmp / "latin.yaml")]
 
 
+def _sft_run(tmp: Path) -> Path:
+    """The layout of a `ulorl sft` run folder: its model (a plain HF folder) at RUN/model, no checkpoints."""
+    (tmp / "sft" / "model").mkdir(parents=True)
+    (tmp / "sft" / "model" / "config.json").write_text("{}")
+    return tmp / "sft"
+
+
 CONFIG_CASES = {
     "non-UTF-8 config file": (_latin1, "config", ["latin.yaml", "not UTF-8"]),
     "a directory as --config": (lambda t: ["config", "-c", str(t)], "config", ["is a directory"]),
@@ -65,6 +72,10 @@ CONFIG_CASES = {
     "clean's model steps on a CUDA device that is not there": (
         lambda t: ["clean", "--input", "builtin:chain", "-o", str(t / "c.jsonl"), "--model", "builtin",
                    "--device", "cuda:64"], "clean", ["--device='cuda:64'", "no such device"]),
+    "show of a `ulorl sft` run": (lambda t: ["show", str(_sft_run(t))], "show",
+                                 ["a `ulorl sft` run", "logs no samples", "`ulorl eval --model ", "/sft/model`"]),
+    "export of a `ulorl sft` run": (lambda t: ["export", str(_sft_run(t))], "export",
+                                   ["a `ulorl sft` run", "already a plain Hugging Face folder: ", "/sft/model"]),
     "eval's pass@k above its k": (lambda t: ["eval", "--k", "4", "--pass-k", "1", "8", "-o", str(t / "ev")], "eval",
                                   ["--pass-k 1 8", "--k is 4", "raise --k to 8"]),
 }

@@ -37,6 +37,12 @@ def checkpoint_of(run_dir: str | Path, step: int | None = None) -> Path:
         verify_checkpoint(path)
         return path
     path, notes = find_resumable(root)
+    if path is None and not root.exists():
+        from ulorl.run.sft import sft_run_model
+
+        if (model := sft_run_model(run_dir)) is not None:
+            raise CheckpointError(f"{run_dir}: a `ulorl sft` run, whose model is already a plain Hugging Face "
+                                  f"folder: {model}")
     if path is None:
         raise CheckpointError(f"{run_dir}: no complete checkpoint to export" + (f" ({'; '.join(notes)})" if notes
                                                                                else " (is it a ulorl train run folder?)"))

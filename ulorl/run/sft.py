@@ -241,6 +241,13 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
     return model_dir
 
 
+def sft_run_model(run_dir: str | Path) -> Path | None:
+    """The model a `ulorl sft` run folder holds (RUN/model, a plain Hugging Face folder), or None when `run_dir`
+    is not such a folder (a `ulorl train` run keeps its warm start in RUN/warm_start/model)."""
+    model = Path(run_dir) / "model"
+    return model if (model / "config.json").is_file() else None
+
+
 def _short_phase_goes_on(losses: list[float], taken: int, cfg: SFTConfig, bar) -> bool:
     """Past its `sft.short_steps`, the short phase goes on while the mean loss of its last `SHORT_LOSS_WINDOW` steps
     is at least `sft.short_until_loss`, up to `sft.short_max_steps` (says so once when it goes on, once when done)."""

@@ -51,9 +51,14 @@ def read_samples(run: str | Path) -> list[dict]:
 def _samples_path(run: str | Path) -> Path:
     path = Path(run)
     if path.is_dir():
+        from ulorl.run.sft import sft_run_model
+
+        if not (path / "samples.jsonl").exists() and (model := sft_run_model(path)) is not None:
+            raise FileNotFoundError(f"{run}: a `ulorl sft` run, which trains on worked solutions and logs no "
+                                    f"samples; `ulorl eval --model {model}` samples its model")
         path = path / "samples.jsonl"
     if not path.exists():
-        raise FileNotFoundError(f"{path}: no samples.jsonl here (give the folder of a `ulorl train` run)")
+        raise FileNotFoundError(f"{path}: not found (give the folder of a `ulorl train` run or its samples.jsonl)")
     check_regular_file(path)
     return path
 
