@@ -203,14 +203,19 @@ def test_an_unsupported_architecture_gets_a_clear_error():
         TorchEngine(model, [1])
 
 
-def test_the_engine_says_what_it_runs_at_a_runs_start(fresh, caplog):
+def test_the_engine_says_what_it_runs_at_a_runs_start(fresh, caplog, monkeypatch):
     """`reserve` logs one line (the run's console prints it): device, dtype, decode / prefill / sampling paths, pool."""
+    import logging
+
     from ulorl.rollout.engines.torch.prefill_attention import VarlenPrefill
     from ulorl.rollout.engines.torch.triton_sampler import FusedSampler
 
     tok, model = fresh
     eng = TorchEngine(model, [tok.eos_token_id], kv_cache_gib=0.01, block_size=8)
     assert eng.describe().endswith("KV pool not allocated yet")
+    # a run earlier in this process (`show_rollout_notes`) stops the logger's propagation to the root, where caplog
+    # listens: pytest 9.2 also listens on loggers that do not propagate, older versions (our floor, 8.0) do not
+    monkeypatch.setattr(logging.getLogger("ulorl.rollout"), "propagate", True)
     with caplog.at_level("INFO", logger="ulorl.rollout"):
         eng.reserve(4, 100)
     blocks = eng.cache.num_blocks
