@@ -203,25 +203,40 @@ def test_an_unsupported_architecture_gets_a_clear_error():
         TorchEngine(model, [1])
 
 
-def test_the_engine_says_what_it_runs_at_a_runs_start(fresh, caplog, monkeypatch):
+def test_the_engine_says_what_it_runs_at_a_runs_start(fresh):
     """`reserve` logs one line (the run's console prints it): device, dtype, decode / prefill / sampling paths, pool."""
     import logging
 
     from ulorl.rollout.engines.torch.prefill_attention import VarlenPrefill
     from ulorl.rollout.engines.torch.triton_sampler import FusedSampler
+    from ulorl.run.console import ROLLOUT_LOGGER
+
+    class Lines(logging.Handler):
+        def __init__(self):
+            super().__init__(logging.INFO)
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
 
     tok, model = fresh
     eng = TorchEngine(model, [tok.eos_token_id], kv_cache_gib=0.01, block_size=8)
     assert eng.describe().endswith("KV pool not allocated yet")
-    # a run earlier in this process (`show_rollout_notes`) stops the logger's propagation to the root, where caplog
-    # listens: pytest 9.2 also listens on loggers that do not propagate, older versions (our floor, 8.0) do not
-    monkeypatch.setattr(logging.getLogger("ulorl.rollout"), "propagate", True)
-    with caplog.at_level("INFO", logger="ulorl.rollout"):
+    # a handler on the logger itself, not caplog's: a run earlier in this process (`show_rollout_notes`) stops the
+    # logger propagating to the root, and whether caplog then hears it (or hears it twice) depends on pytest's version
+    logger, lines = logging.getLogger(ROLLOUT_LOGGER), Lines()
+    level = logger.level
+    logger.addHandler(lines)
+    logger.setLevel(logging.INFO)
+    try:
         eng.reserve(4, 100)
+    finally:
+        logger.removeHandler(lines)
+        logger.setLevel(level)
     blocks = eng.cache.num_blocks
     want = (f"torch engine: cpu, float32 weights and KV; decode split_k; prefill sdpa; sampling sample_tokens; KV pool "
             f"0.01 GiB in {blocks:,} blocks of 8 tokens, memory committed as blocks are written")
-    assert caplog.messages == [want]
+    assert lines.lines == [want]
     eng.runner.prefill_attention, eng.fused_sampler = VarlenPrefill(lambda *a, **k: None), FusedSampler()
     assert "prefill varlen; sampling fused Triton kernel" in eng.describe()
     eng.fused_sampler.failed = "a compile error"
