@@ -250,9 +250,9 @@ def run_eval(args: argparse.Namespace) -> int:
     from ulorl.rollout.engines.registry import build_engine
     from ulorl.run.numerics import apply_cpu_numerics, numerics_report
 
-    check_device("--device", args.device, "--device cpu")
     numerics = cpu_numerics(args)
     apply_cpu_numerics(numerics)  # before any tensor operation, as `ulorl train` does
+    check_device("--device", args.device, "--device cpu")
     reward_cfg = reward_config_from_args(args)  # a bad function fails here, before any model loads
     cfg, path = eval_config(args), model_path(args)
     data_cfg, sources = data_config(args, cfg), data_sources(args)
