@@ -124,6 +124,19 @@ def test_cli_defaults_to_first_run_plots(tmp_path, capsys):
         assert_real_png(tmp_path / flag / "overview.png")
 
 
+def test_an_image_file_name_as_out_is_refused_before_any_folder(tmp_path, capsys):
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "actor/entropy": 0.5}) + "\n")
+    assert run_plot(parse([str(run), "-o", str(tmp_path / "fig.png")])) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ulorl plot: error: --out ") and f"give a folder, e.g. --out {tmp_path / 'fig'}" in err
+    assert not (tmp_path / "fig.png").exists()  # no folder named fig.png
+    (tmp_path / "old.png").mkdir()  # a folder that exists is a folder, whatever its name
+    assert run_plot(parse([str(run), "-o", str(tmp_path / "old.png")])) == 0
+    assert_real_png(tmp_path / "old.png" / "overview.png")
+
+
 def test_cli_reports_missing_metrics_with_exit_code_2(tmp_path, capsys):
     (tmp_path / "nothing").mkdir()
     assert run_plot(parse([str(tmp_path / "nothing")])) == 2  # a user error: exit status 2, as every command

@@ -283,6 +283,9 @@ def plot_runs(
 
 
 # -- command line --------------------------------------------------------------------------------
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".pdf", ".svg")
+
+
 def add_plot_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """Add ``ulorl plot``'s arguments to ``parser``."""
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR",
@@ -301,6 +304,10 @@ def run_plot(args: argparse.Namespace) -> int:
     """Run ``ulorl plot`` from parsed arguments; return the exit code (0 ok, 2 a user error, as every command)."""
     names = [n.strip() for n in args.names.split(",")] if args.names else None
     out = args.out if args.out is not None else Path(args.run_dirs[0]) / "plots"
+    if out.suffix.lower() in IMAGE_SUFFIXES and not out.is_dir():  # a file name would become a folder of that name
+        print(f"ulorl plot: error: --out {out}: a folder for the figures (one PNG a panel and an overview), not a "
+              f"file name; give a folder, e.g. --out {out.with_suffix('')}", file=sys.stderr)
+        return 2
     try:
         paths, skipped = plot_panels(args.run_dirs, out, names, args.smooth)
     except (OSError, ValueError) as e:
