@@ -24,7 +24,9 @@ def pytest_xdist_auto_num_workers(config):
     """`-n auto` (pyproject's addopts): one worker per core this process may use, at most 4. Each test runs on one
     thread, so two workers fill a 2-core CI machine; more than 4 would mostly add start-up (each worker imports
     torch and builds its own tiny models) and memory."""
-    return max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1))
+    from ulorl.config.machine import usable_cpus
+
+    return min(4, usable_cpus())
 
 
 @pytest.fixture(scope="session", autouse=True)
