@@ -157,8 +157,11 @@ def test_several_sources_in_mixed_formats(tmp_path, tok):
     assert (rep.n_rows, rep.n_loaded, rep.n_skipped) == (5, 4, 1)
     assert [(p.source, p.n_rows, p.n_loaded) for p in rep.parts] == [(a, 3, 2), (str(b), 2, 2)]
     lines = rep.summary().splitlines()
-    assert lines[0].startswith("2 sources: 4/5 rows loaded, 1 bad rows skipped")
+    assert lines[0].startswith("2 sources: 4/5 rows loaded, 1 bad row skipped")
     assert "a.jsonl: 2/3 rows loaded" in lines[1] and "b.parquet: 2/2 rows loaded" in lines[2]
+    # counts take the noun's plural except for one
+    assert lines[1].endswith("1 bad row skipped (empty_prompt=1), 0 prompts too long dropped")
+    assert lines[2].endswith("0 bad rows skipped, 0 prompts too long dropped")
 
 
 def test_source_list_from_config_overrides(tmp_path):

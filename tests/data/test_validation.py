@@ -74,6 +74,9 @@ def test_error_counts_further_bad_rows(tmp_path, tok):
     p.write_text("".join(json.dumps({"prompt": "q"}) + "\n" for _ in range(3)))
     with pytest.raises(DataError, match=r"row 0, field 'answer'.*\(2 more bad rows\)"):
         load_source(str(p), tok, DataConfig())
+    p.write_text("".join(json.dumps({"prompt": "q"}) + "\n" for _ in range(2)))
+    with pytest.raises(DataError, match=r"row 0, field 'answer'.*\(1 more bad row\);"):
+        load_source(str(p), tok, DataConfig())
 
 
 def test_parquet_bad_rows(tmp_path, tok):

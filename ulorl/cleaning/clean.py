@@ -21,7 +21,7 @@ from ulorl.config.machine import check_device
 from ulorl.config.model import MODEL_DTYPES
 from ulorl.data.formats import Storage, detect_storage, output_storage, write_rows
 from ulorl.data.loaders import read_source, validate_source
-from ulorl.data.records import DataError
+from ulorl.data.records import DataError, counted
 from ulorl.data.validate import RowSchema, ValidRow, get_path, guess_schema, set_path
 from ulorl.reward.cli_args import add_reward_arguments, reward_config_from_args
 from ulorl.rollout.engines.registry import EngineName
@@ -156,7 +156,8 @@ def add_clean_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPar
     """Arguments of `ulorl clean`."""
     o = CleanOptions()
     parser.add_argument("--input", required=True, help=".parquet, .jsonl or save_to_disk folder (or builtin:chain)")
-    parser.add_argument("--output", "-o", required=True, help="cleaned file (.jsonl or .parquet; default: input's format)")
+    parser.add_argument("--output", "-o", required=True,
+                        help="cleaned file (.jsonl or .parquet; default: input's format)")
     parser.add_argument("--steps", default=None,
                         help=f"comma-separated, in order, from {[s.value for s in CleanStep]} "
                              "(default: the rule steps, plus too_easy,consensus when --model is given)")
@@ -240,7 +241,7 @@ def run_clean(args: argparse.Namespace) -> int:
     write_rows(cleaned, args.output, out_storage)
     report_path = Path(str(args.output) + ".report.json")
     report_path.write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
-    print(f"{args.input}: {load_report.n_rows} rows, {load_report.n_skipped} bad rows skipped")
+    print(f"{args.input}: {counted(load_report.n_rows, 'row')}, {counted(load_report.n_skipped, 'bad row')} skipped")
     for s in report.steps:
         print(f"  {s.name}: {s.n_in} in, {s.n_removed} removed, {s.n_changed} changed")
     print(f"wrote {len(cleaned)} rows to {args.output} and the report to {report_path}")

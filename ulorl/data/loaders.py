@@ -16,7 +16,7 @@ from pathlib import Path
 
 from ulorl.config.data import DataConfig, DataFormat
 from ulorl.data.formats import Storage, detect_storage, read_rows
-from ulorl.data.records import DataError, LoadReport, PromptRecord, RowIssue
+from ulorl.data.records import DataError, LoadReport, PromptRecord, RowIssue, counted
 from ulorl.data.validate import RowSchema, ValidRow, guess_schema, validate_row, verl_schema
 from ulorl.tasks import TASKS, task_rows
 
@@ -83,7 +83,7 @@ def validate_source(raw: RawSource, on_bad_row: str, skip_hint: str = "data.on_b
         v = validate_row(row, i, raw.schema, default_source)
         (issues if isinstance(v, RowIssue) else valid).append(v)
     if issues and on_bad_row == "error":
-        more = f" ({len(issues) - 1} more bad rows)" if len(issues) > 1 else ""
+        more = f" ({counted(len(issues) - 1, 'more bad row')})" if len(issues) > 1 else ""
         raise DataError(f"{issues[0].message(raw.name)}{more}; fix the data or set {skip_hint}")
     for issue in issues:
         report.add_bad(issue)

@@ -11,6 +11,11 @@ from dataclasses import dataclass, field
 from ulorl.errors import UlorlError
 
 
+def counted(n: int, noun: str) -> str:
+    """`n` and the noun, plural unless n is 1: counted(1, "bad row") == "1 bad row"."""
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
 class DataError(UlorlError, ValueError):
     """A dataset row (or file) that cannot be used; the message names file, row and field."""
 
@@ -101,9 +106,10 @@ class LoadReport:
     def summary(self) -> str:
         """One line for logs (several sources: the totals, then one line per source)."""
         if self.parts:
-            lines = [f"{len(self.parts)} sources: {self.n_loaded}/{self.n_rows} rows loaded, {self.n_skipped} bad "
-                     f"rows skipped, {self.n_too_long} prompts too long dropped"]
+            lines = [f"{len(self.parts)} sources: {self.n_loaded}/{self.n_rows} rows loaded, "
+                     f"{counted(self.n_skipped, 'bad row')} skipped, {counted(self.n_too_long, 'prompt')} too long "
+                     "dropped"]
             return "\n".join(lines + [f"  {p.summary()}" for p in self.parts])
         reasons = ", ".join(f"{k}={v}" for k, v in sorted(self.skipped_by_reason.items()))
-        return (f"{self.source}: {self.n_loaded}/{self.n_rows} rows loaded, {self.n_skipped} bad rows skipped"
-                f"{f' ({reasons})' if reasons else ''}, {self.n_too_long} prompts too long dropped")
+        return (f"{self.source}: {self.n_loaded}/{self.n_rows} rows loaded, {counted(self.n_skipped, 'bad row')} "
+                f"skipped{f' ({reasons})' if reasons else ''}, {counted(self.n_too_long, 'prompt')} too long dropped")
