@@ -6,6 +6,7 @@ import copy
 import pytest
 import torch
 import torch.multiprocessing as mp
+from tests.procs import forkserver_context
 from tests.distributed.test_sharded_learner import traj  # the sharded test's two-segment trajectories
 
 from ulorl.config import AlgoConfig, ConfigError, TrainConfig
@@ -68,8 +69,9 @@ def _rank(rank, world, sp, rendezvous, model_dir, sharding, ckpt, out_path):
 
 def run_ranks(tmp_path, model_dir, world, sp, sharding="replicate", ckpt=False):
     out = tmp_path / f"sp{sp}_{world}_{sharding}.pt"
+    forkserver_context()  # preloads the forkserver that start_method="forkserver" starts (tests/procs.py)
     mp.start_processes(_rank, args=(world, sp, f"{out}.rendezvous", str(model_dir), sharding, ckpt, str(out)),
-                       nprocs=world, start_method="fork")
+                       nprocs=world, start_method="forkserver")
     return [torch.load(f"{out}.{r}", weights_only=False) for r in range(world)]
 
 

@@ -5,6 +5,7 @@ import copy
 import pytest
 import torch
 import torch.multiprocessing as mp
+from tests.procs import forkserver_context
 
 from ulorl.config import AlgoConfig, TrainConfig
 from ulorl.distributed import shard_groups
@@ -63,7 +64,7 @@ def _rank(rank, world, rendezvous, model_dir, sharding, num_groups, out_path):
         trajs = batch(num_groups)
         keep = [i != 1 for i in range(len(trajs))]
         metrics = [ln.update(trajs, 2, loss_keep=keep), ln.update(trajs, 3)]
-        if rank == 0:  # a NaN loss on rank 0 only (this forked process): every rank must skip the update
+        if rank == 0:  # a NaN loss on rank 0 only (this rank's process): every rank must skip the update
             from ulorl.learners import local
 
             real = local.policy_loss
@@ -85,8 +86,9 @@ def _rank(rank, world, rendezvous, model_dir, sharding, num_groups, out_path):
 def run_ranks(tmp_path, model_dir, sharding, num_groups, world=2):
     """What each rank saw and ended with: [rank 0, rank 1]."""
     out = tmp_path / f"{sharding}_{num_groups}.pt"
+    forkserver_context()  # preloads the forkserver that start_method="forkserver" starts (tests/procs.py)
     mp.start_processes(_rank, args=(world, f"{out}.rendezvous", str(model_dir), sharding, num_groups, str(out)),
-                       nprocs=world, start_method="fork")
+                       nprocs=world, start_method="forkserver")
     return [torch.load(f"{out}.{r}", weights_only=False) for r in range(world)]
 
 

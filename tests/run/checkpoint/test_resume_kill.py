@@ -24,7 +24,6 @@ small machine) 13 times. SIGKILL hits the whole training process as it would in 
 from __future__ import annotations
 
 import json
-import multiprocessing
 from multiprocessing import forkserver
 import os
 import random
@@ -33,6 +32,7 @@ import signal
 import time
 from pathlib import Path
 
+from tests.procs import forkserver_context
 from tests.run.checkpoint import resume_helpers as R
 import torch
 
@@ -43,12 +43,6 @@ N = 24  # 12 trials advance the run by at most 2 steps each (see the module docs
 TRIALS = ["timed", "save:files", "after_step", "timed", "save:manifest", "after_step", "timed", "save:rename",
           "timed", "save:pointer", "after_step", "timed"]
 ENV = {"TOKENIZERS_PARALLELISM": "false", "OMP_NUM_THREADS": "1"}
-
-
-def _context():
-    ctx = multiprocessing.get_context("forkserver")
-    ctx.set_forkserver_preload(["tests.run.checkpoint.resume_helpers", "ulorl.cli", "ulorl.run.loop", "ulorl.run.session"])
-    return ctx
 
 
 class Child:
@@ -133,7 +127,7 @@ def test_sigkill_in_overlap_mode_loses_and_repeats_nothing(eos_model, tmp_path):
 
 
 def _kill_and_resume(eos_model, tmp_path: Path, trials: list[str], *extra: str) -> None:
-    ctx = _context()
+    ctx = forkserver_context()
     forkserver.ensure_running()  # imports ulorl in the background while the reference runs here
     n = int(next(e for e in extra if e.startswith("train.steps=")).split("=")[1])
     ref = tmp_path / "reference"

@@ -12,8 +12,9 @@ from __future__ import annotations
 import time
 
 import pytest
+from tests.procs import forkserver_context
 from tests.run.checkpoint import resume_helpers as R
-from tests.run.checkpoint.test_resume_kill import Child, _context, committed, samples_logged
+from tests.run.checkpoint.test_resume_kill import Child, committed, samples_logged
 
 from ulorl.run.loop import train
 
@@ -36,7 +37,7 @@ def test_long_run_killed_mid_segment_resumes_with_nothing_lost_or_trained_twice(
 
     run = tmp_path / "run"
     argv = ["train", "-o", str(run), "--resume", "auto", *R.overrides(weak_eos_model, *LONG, f"train.steps={N}")]
-    child = Child(_context(), argv, tmp_path / "child.log")
+    child = Child(forkserver_context(), argv, tmp_path / "child.log")
     deadline = time.time() + 300
     while committed(run) != KILL_AFTER and child.proc.is_alive() and time.time() < deadline:
         time.sleep(0.01)

@@ -14,12 +14,13 @@ import re
 import signal
 
 import pytest
+from tests.procs import forkserver_context
 from tests.run.checkpoint import resume_helpers as R
 import torch
 
 pytest.importorskip("peft")
 
-from tests.run.checkpoint.test_resume_kill import Child, _context, committed, wait_samples_step  # noqa: E402
+from tests.run.checkpoint.test_resume_kill import Child, committed, wait_samples_step  # noqa: E402
 
 from ulorl.run.checkpoint import CRASH_HOOK_ENV  # noqa: E402
 from ulorl.run.loop import train  # noqa: E402
@@ -61,7 +62,7 @@ def test_lora_run_killed_twice_resumes_exactly(eos_model, tmp_path):
     ref = tmp_path / "reference"
     assert train(R.config(eos_model, *LORA), ref)["steps"] == N
 
-    ctx = _context()
+    ctx = forkserver_context()
     run = tmp_path / "run"
     argv = ["train", "--output-dir", str(run), "--resume", "auto", *R.overrides(eos_model, *LORA)]
     child = Child(ctx, argv, tmp_path / "kill1.log")
