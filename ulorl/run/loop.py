@@ -168,7 +168,7 @@ def evaluate_policy(session: TrainSession, label: str) -> dict:
 
     started = time.perf_counter()
     res = evaluate(session.engine, session.tokenizer, session.eval_prompts, session.cfg.eval,
-                   session.reward.score, progress=session.cfg.logging.progress)
+                   session.reward.score, name=f"held-out {label}", progress=session.cfg.logging.progress)
     session.history.setdefault("eval_correct", {})[label] = [p["correct"] for p in res.per_problem]
     summary = dict(res.summary)
     if session.cfg.eval.reference:

@@ -37,7 +37,7 @@ def evaluate_model(cfg: RunConfig, model_path: str, progress: bool = True) -> di
     engine = build_engine(cfg.rollout.engine, model, tok, eos_token_ids(model, tok), torch=cfg.rollout.torch)
     try:
         with RewardManager(cfg.reward) as rm:
-            res = evaluate(engine, tok, rows, ev, rm.score, progress=progress)  # samples ev.sampled(rows)
+            res = evaluate(engine, tok, rows, ev, rm.score, name="held-out", progress=progress)  # ev.sampled(rows)
     finally:
         close_engine(engine)
     summary = dict(res.summary)
