@@ -10,9 +10,11 @@ from __future__ import annotations
 
 import argparse
 import errno
+import importlib
 import json
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 OVERRIDES_HELP = ("dotted config overrides, e.g. rollout.num_segments=4 algo.is_mode=sais train.steps=20 "
@@ -137,14 +139,12 @@ def _paired(p: dict) -> str:
 
 
 def cmd_sft(args) -> int:
-    from ulorl.config import dump_yaml
+    from ulorl.config import check_runnable, dump_yaml
+    from ulorl.run.checkpoint import atomic_write_text, make_run_dir
+    from ulorl.run.lock import RunLock
     from ulorl.run.numerics import apply_cpu_numerics
     from ulorl.run.session import use_train_threads
     from ulorl.run.sft_report import sft_and_report
-
-    from ulorl.run.checkpoint import atomic_write_text, make_run_dir
-    from ulorl.config import check_runnable
-    from ulorl.run.lock import RunLock
 
     cfg = _load_cfg(args)
     apply_cpu_numerics(cfg.train.cpu_numerics)  # before any tensor operation, as `ulorl train` does
@@ -166,6 +166,65 @@ def cmd_config(args) -> int:
     return 0
 
 
+def _add_train_args(p: argparse.ArgumentParser) -> None:
+    _add_config_args(p)
+    p.add_argument("--resume", default=None, metavar="auto|never|PATH",
+                   help="auto: continue from the newest complete checkpoint of --output-dir (an error when "
+                   "checkpoints exist but none verifies); never: start over, moving an earlier run's files "
+                   "aside; PATH: a checkpoint folder")
+
+
+@dataclass(frozen=True)
+class Command:
+    """A subcommand: its line in `ulorl --help`, its own help's description, and the functions that add its
+    arguments and run it ("module:function", imported when the parser is built)."""
+
+    name: str
+    help: str
+    description: str
+    arguments: str
+    run: str
+
+
+COMMANDS = (
+    Command("train", "RL training with segment rollout (the main job)",
+            "Run UloRL training. With the built-in defaults: SFT warm start of the tiny model, accuracy before, RL "
+            "with segment rollout, accuracy after, summary.", "ulorl.cli:_add_train_args", "ulorl.cli:cmd_train"),
+    Command("sft", "supervised warm start of the model on the built-in task",
+            "Train the model on worked solutions (sft.* settings), save an HF folder, report held-out accuracy and "
+            "the response-length distribution.", "ulorl.cli:_add_config_args", "ulorl.cli:cmd_sft"),
+    Command("eval", "avg@k / pass@k evaluation of a model on datasets",
+            "Evaluate a model: avg@k, unbiased pass@k, length stats, truncation rate.",
+            "ulorl.evaluation.cli:add_eval_arguments", "ulorl.evaluation.cli:run_eval"),
+    Command("clean", "the paper's data-cleaning pipeline",
+            "Apply cleaning steps to a dataset; writes OUTPUT and OUTPUT.report.json.",
+            "ulorl.cleaning.clean:add_clean_arguments", "ulorl.cleaning.clean:run_clean"),
+    Command("plot", "PNG figures overlaying runs' metrics",
+            "Plot entropy, reward, lengths, mask ratio, pools, segments, step time.",
+            "ulorl.run.plot:add_plot_arguments", "ulorl.run.plot:run_plot"),
+    Command("plan", "predict the time per step for each segment count M and recommend one",
+            "Simulate segment rollout (the real pools and rollout, lengths drawn from a distribution) and price it "
+            "with a cost model: predicted step time, speedup, utilisation, re-prefill share and staleness for each "
+            "M.", "ulorl.plan.cli:add_plan_arguments", "ulorl.plan.cli:run_plan"),
+    Command("show", "print the samples of a training step (text, reward, segments, versions)",
+            "Print what the model wrote at one step of a `ulorl train` run, group by group, from its "
+            "samples.jsonl: reward, length, stop reason, segments and their versions.",
+            "ulorl.run.show:add_show_arguments", "ulorl.run.show:run_show"),
+    Command("export", "a run's trained model as a plain Hugging Face folder (LoRA merged)",
+            "Write a run's checkpoint (the newest complete one, or --step N) as a Hugging Face folder: config, "
+            "safetensors, tokenizer, generation config; LoRA adapters merged.",
+            "ulorl.run.export:add_export_arguments", "ulorl.run.export:run_export"),
+    Command("config", "print the resolved configuration",
+            "Print the resolved config (preset + overrides) as YAML, validating every key.",
+            "ulorl.cli:_add_config_args", "ulorl.cli:cmd_config"),
+)
+
+
+def _function(ref: str):
+    module, name = ref.split(":")
+    return getattr(importlib.import_module(module), name)
+
+
 def build_parser() -> argparse.ArgumentParser:
     from ulorl import __version__
 
@@ -174,73 +233,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"ulorl {__version__}")
     p.add_argument("--debug", action="store_true", help="show the traceback of a user error (anywhere on the line)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
-
-    t = sub.add_parser("train", help="RL training with segment rollout (the main job)",
-                       description="Run UloRL training. With the built-in defaults: SFT warm start of the tiny "
-                       "model, accuracy before, RL with segment rollout, accuracy after, summary.")
-    _add_config_args(t)
-    t.add_argument("--resume", default=None, metavar="auto|never|PATH",
-                   help="auto: continue from the newest complete checkpoint of --output-dir (an error when "
-                   "checkpoints exist but none verifies); never: start over, moving an earlier run's files "
-                   "aside; PATH: a checkpoint folder")
-    t.set_defaults(func=cmd_train)
-
-    s = sub.add_parser("sft", help="supervised warm start of the model on the built-in task",
-                       description="Train the model on worked solutions (sft.* settings), save an HF folder, "
-                       "report held-out accuracy and the response-length distribution.")
-    _add_config_args(s)
-    s.set_defaults(func=cmd_sft)
-
-    from ulorl.evaluation.cli import add_eval_arguments, run_eval
-
-    e = sub.add_parser("eval", help="avg@k / pass@k evaluation of a model on datasets",
-                       description="Evaluate a model: avg@k, unbiased pass@k, length stats, truncation rate.")
-    add_eval_arguments(e)
-    e.set_defaults(func=run_eval)
-
-    from ulorl.cleaning.clean import add_clean_arguments, run_clean
-
-    c = sub.add_parser("clean", help="the paper's data-cleaning pipeline",
-                       description="Apply cleaning steps to a dataset; writes OUTPUT and OUTPUT.report.json.")
-    add_clean_arguments(c)
-    c.set_defaults(func=run_clean)
-
-    from ulorl.run.plot import add_plot_arguments, run_plot
-
-    pl = sub.add_parser("plot", help="PNG figures overlaying runs' metrics",
-                        description="Plot entropy, reward, lengths, mask ratio, pools, segments, step time.")
-    add_plot_arguments(pl)
-    pl.set_defaults(func=run_plot)
-
-    from ulorl.plan.cli import add_plan_arguments, run_plan
-
-    pn = sub.add_parser("plan", help="predict the time per step for each segment count M and recommend one",
-                        description="Simulate segment rollout (the real pools and rollout, lengths drawn from a "
-                        "distribution) and price it with a cost model: predicted step time, speedup, utilisation, "
-                        "re-prefill share and staleness for each M.")
-    add_plan_arguments(pn)
-    pn.set_defaults(func=run_plan)
-
-    from ulorl.run.show import add_show_arguments, run_show
-
-    sh = sub.add_parser("show", help="print the samples of a training step (text, reward, segments, versions)",
-                        description="Print what the model wrote at one step of a `ulorl train` run, group by "
-                        "group, from its samples.jsonl: reward, length, stop reason, segments and their versions.")
-    add_show_arguments(sh)
-    sh.set_defaults(func=run_show)
-
-    from ulorl.run.export import add_export_arguments, run_export
-
-    ex = sub.add_parser("export", help="a run's trained model as a plain Hugging Face folder (LoRA merged)",
-                        description="Write a run's checkpoint (the newest complete one, or --step N) as a Hugging "
-                        "Face folder: config, safetensors, tokenizer, generation config; LoRA adapters merged.")
-    add_export_arguments(ex)
-    ex.set_defaults(func=run_export)
-
-    cf = sub.add_parser("config", help="print the resolved configuration", description="Print the resolved "
-                        "config (preset + overrides) as YAML, validating every key.")
-    _add_config_args(cf)
-    cf.set_defaults(func=cmd_config)
+    for command in COMMANDS:
+        c = sub.add_parser(command.name, help=command.help, description=command.description)
+        _function(command.arguments)(c)
+        c.set_defaults(func=_function(command.run))
     return p
 
 
