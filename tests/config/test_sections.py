@@ -52,6 +52,9 @@ def test_dotted_overrides_are_typed():
     ("logging.loggers=[console,mlflow]", "logging.loggers='mlflow' is not allowed"),
     ("data.on_bad_row=ignore", "data.on_bad_row='ignore' is not allowed; choose one of: error, skip"),
     ("nonsense", "must look like key.subkey=value"),
+    ("model.warm_start=null", "model.warm_start: expected a string, got None; this setting cannot be null (its "
+                              "default: 'sft')"),
+    ("train.steps=null", "train.steps: expected an integer, got None; this setting cannot be null (its default: "),
 ])
 def test_bad_values_name_the_key(override, message):
     with pytest.raises(ConfigError) as e:

@@ -103,6 +103,16 @@ def _finite(value: float, key: str) -> float:
     return value
 
 
+def _coerce_field(value: Any, tp: Any, key: str, field: dataclasses.Field) -> Any:
+    """`_coerce`, and a null given to a setting that takes none is told the setting's default."""
+    try:
+        return _coerce(value, tp, key)
+    except ConfigError as e:
+        if value is None and field.default is not dataclasses.MISSING:
+            raise ConfigError(f"{e}; this setting cannot be null (its default: {field.default!r})") from None
+        raise
+
+
 def build(cls: type, data: dict, prefix: str = "") -> Any:
     """Build dataclass `cls` from a (possibly partial) mapping, checking keys and types."""
     hints = typing.get_type_hints(cls)
@@ -116,7 +126,7 @@ def build(cls: type, data: dict, prefix: str = "") -> Any:
             f"unknown config key {prefix}{unknown[0]}{hint}; valid keys under "
             f"'{prefix.rstrip('.') or 'top level'}': {', '.join(sorted(fields))}"
         )
-    kwargs = {name: _coerce(v, hints[name], prefix + name) for name, v in data.items()}
+    kwargs = {name: _coerce_field(v, hints[name], prefix + name, fields[name]) for name, v in data.items()}
     try:
         return cls(**kwargs)
     except (ValueError, TypeError) as e:  # ConfigError included: a message naming a key of the section gets its prefix
