@@ -118,12 +118,14 @@ def run_cli(argv: list[str]) -> int:
     return run_clean(add_clean_arguments(argparse.ArgumentParser()).parse_args(argv))
 
 
-def test_cli_jsonl_writes_cleaned_file_and_report(tmp_path):
+def test_cli_jsonl_writes_cleaned_file_and_report(tmp_path, capsys):
     inp = tmp_path / "in.jsonl"
     rows = [row("Compute 3+4.", "\\boxed{7}"), row("(a) x (b) y", "1"), {"prompt": "no answer"}]
     inp.write_text("".join(json.dumps(r) + "\n" for r in rows))
     out = tmp_path / "out.jsonl"
     assert run_cli(["--input", str(inp), "--output", str(out), "--on-bad-row", "skip"]) == 0
+    printed = capsys.readouterr().out
+    assert f"{inp}: 3 rows, 1 bad row skipped" in printed and f"wrote 1 row to {out}" in printed
     assert [json.loads(x) for x in out.read_text().splitlines()] == [row("Compute 3+4.", "7")]
     rep = json.loads((tmp_path / "out.jsonl.report.json").read_text())
     assert [s["name"] for s in rep["steps"]] == ["choice_to_short", "multi_question", "short_answer", "long_answer"]

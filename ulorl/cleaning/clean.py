@@ -244,5 +244,5 @@ def run_clean(args: argparse.Namespace) -> int:
     print(f"{args.input}: {counted(load_report.n_rows, 'row')}, {counted(load_report.n_skipped, 'bad row')} skipped")
     for s in report.steps:
         print(f"  {s.name}: {s.n_in} in, {s.n_removed} removed, {s.n_changed} changed")
-    print(f"wrote {len(cleaned)} rows to {args.output} and the report to {report_path}")
+    print(f"wrote {counted(len(cleaned), 'row')} to {args.output} and the report to {report_path}")
     return 0
