@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import errno
 import importlib
-import json
 import sys
 import time
 from dataclasses import dataclass
@@ -144,7 +143,7 @@ def cmd_sft(args) -> int:
     from ulorl.run.lock import RunLock
     from ulorl.run.numerics import apply_cpu_numerics
     from ulorl.run.session import use_train_threads
-    from ulorl.run.sft_report import sft_and_report
+    from ulorl.run.sft_report import format_sft_report, sft_and_report
 
     cfg = _load_cfg(args)
     apply_cpu_numerics(cfg.train.cpu_numerics)  # before any tensor operation, as `ulorl train` does
@@ -155,7 +154,7 @@ def cmd_sft(args) -> int:
         atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))
         print(f"# resolved config (saved to {run_dir / 'config.yaml'})\n{dump_yaml(cfg)}", flush=True)
         report = sft_and_report(cfg, run_dir)
-    print(json.dumps(report, indent=1))
+    print(format_sft_report(report, run_dir, args.config))
     return 0
 
 

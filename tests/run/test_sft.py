@@ -64,7 +64,9 @@ def test_sft_command_uses_train_threads_as_train_does(tmp_path, monkeypatch, cap
     import ulorl.run.sft_report as sft_report
 
     seen = []
-    monkeypatch.setattr(sft_report, "sft_and_report", lambda cfg, run_dir: seen.append(torch.get_num_threads()) or {})
+    report = {"model": "m", "sft": {"steps": 0}, "eval": None}
+    monkeypatch.setattr(sft_report, "sft_and_report",
+                        lambda cfg, run_dir: seen.append(torch.get_num_threads()) or report)
     before = torch.get_num_threads()
     try:
         assert main(["sft", "-o", str(tmp_path / "a"), "train.threads=1"]) == 0
@@ -101,8 +103,9 @@ def test_train_end_to_end_on_the_tiny_model(tmp_path, tiny_model_dir, capsys, mo
     monkeypatch.setattr(ulorl.run.loop, "evaluate_policy", lambda s, label: labels.append(label) or real(s, label))
     run = tmp_path / "run"
     rc = main(["train", "-o", str(run), f"model.path={tiny_model_dir}", "model.warm_start=none",
-               "train.steps=2", "train.eval_every=2", "train.train_groups=1", "rollout.group_size=2", "rollout.decode_batch=4",
-               "rollout.max_response_len=16", "rollout.num_segments=2", "algo.dynamic_sampling=false",
+               "train.steps=2", "train.eval_every=2", "train.train_groups=1", "rollout.group_size=2",
+               "rollout.decode_batch=4", "rollout.max_response_len=16", "rollout.num_segments=2",
+               "algo.dynamic_sampling=false",
                "data.train_size=20", "data.eval_size=4", "eval.k=2", "eval.pass_k=[1,2]", "eval.max_new_tokens=16",
                "logging.progress=false", "reward.num_workers=1", "train.lr=1e-3"])
     assert rc == 0
@@ -138,10 +141,16 @@ def test_sft_without_an_eval_set_saves_the_warm_start_and_says_so(tmp_path, tiny
                  "data.eval=null", "logging.progress=false"]) == 0
     report = json.loads((run / "sft_report.json").read_text())
     assert report["eval"] is None and (run / "model" / "config.json").exists()
-    assert "data.eval is null: the warm start is not evaluated" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "data.eval is null: the warm start is not evaluated" in out
+    # the closing summary: steps, no held-out line, the model and the command that starts RL from it
+    summary = out[out.index("=== ulorl sft: summary ==="):].splitlines()
+    assert summary[1] == "steps: 3" and not any(ln.startswith("held-out") for ln in summary)
+    assert f"  RL from it:    ulorl train model.path={run / 'model'} model.warm_start=none" in summary
+    assert summary[-1] == f"report: {run / 'sft_report.json'}"
 
 
-def test_sft_report_has_the_exact_measure_with_eval_reference(tmp_path, tiny_model_dir):
+def test_sft_report_has_the_exact_measure_with_eval_reference(tmp_path, tiny_model_dir, capsys):
     # avg@k samples 2 held-out problems, the exact measure scores 3 (eval.reference_problems)
     run = tmp_path / "sft"
     args = [f"model.path={tiny_model_dir}", "sft.steps=3", "sft.num_examples=16", "data.eval_size=3", "eval.k=1",
@@ -152,6 +161,8 @@ def test_sft_report_has_the_exact_measure_with_eval_reference(tmp_path, tiny_mod
     assert report["sft"] == {"steps": 3, "p_long": None, "p_valid": None}  # no checks
     ev = report["eval"]
     assert ev["num_problems"] == 2 and ev["reference/problems"] == 3
+    assert (f"held-out (2 problems, k = 1): avg@k {ev['avg@k']:.4f}  pass@1 {ev['pass@1']:.4f}"
+            in capsys.readouterr().out.splitlines())
     cfg, tok, model = load_run_config(None, args), load_tokenizer(run / "model"), load_model(run / "model")
     rows, _ = load_prompts(cfg.data, tok, "eval")
     scores = score_eval_references(model, tok, rows, cfg.eval)

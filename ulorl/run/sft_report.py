@@ -58,3 +58,23 @@ def sft_and_report(cfg: RunConfig, run_dir: str | Path) -> dict:
         say("data.eval is null: the warm start is not evaluated")
     (run_dir / "sft_report.json").write_text(json.dumps(report, indent=1))
     return report
+
+
+def format_sft_report(report: dict, run_dir: str | Path, config: str | None = None) -> str:
+    """`ulorl sft`'s closing lines: the steps, the held-out figures, where the model is and how to use it (with the
+    `--config` the SFT was given)."""
+    sft, ev, model = report["sft"], report["eval"], report["model"]
+    preset = f" --config {config}" if config else ""
+    checks = "".join(f"   last check {k} {sft[k]:.3f}" for k in ("p_valid", "p_long") if sft.get(k) is not None)
+    lines = ["", "=== ulorl sft: summary ===", f"steps: {sft['steps']}{checks}"]
+    if ev:
+        rates = "  ".join(f"{k} {v:.4f}" for k, v in ev.items() if k.startswith(("avg@", "pass@")))
+        lines += [f"held-out ({ev['num_problems']} problems, k = {ev['k']}): {rates}",
+                  f"response length: mean {ev['response_length/mean']:.1f}  p50 {ev['response_length/p50']:.0f}  "
+                  f"p90 {ev['response_length/p90']:.0f}  max {ev['response_length/max']:.0f}   truncation rate "
+                  f"{ev['truncation_rate']:.3f}"]
+    lines += [f"model: {model} (a Hugging Face folder)",
+              f"  RL from it:    ulorl train{preset} model.path={model} model.warm_start=none",
+              f"  evaluate it:   ulorl eval --model {model}",
+              f"report: {Path(run_dir) / 'sft_report.json'}"]
+    return "\n".join(lines)
