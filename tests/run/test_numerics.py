@@ -142,7 +142,8 @@ def test_ulorl_sft_pins_before_its_work_or_says_it_came_too_late(tmp_path, capsy
 
     _unpin(monkeypatch)
     ran = []
-    monkeypatch.setattr(sft_report, "sft_and_report", lambda cfg, run_dir: ran.append(cfg) or {})
+    report = {"model": "m", "sft": {"steps": 0}, "eval": None}
+    monkeypatch.setattr(sft_report, "sft_and_report", lambda cfg, run_dir: ran.append(cfg) or report)
     rc = main(["sft", "-o", str(tmp_path / "run"), "train.cpu_numerics=portable"])
     if torch.backends.cpu.get_cpu_capability() == "AVX2":
         assert (rc, len(ran)) == (0, 1) and os.environ["MKL_CBWR"] == "COMPATIBLE"
