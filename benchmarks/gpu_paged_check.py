@@ -93,6 +93,21 @@ QUICK = {  # the same model types, tiny
 }
 
 
+def error_text(e: Exception, limit: int = 300) -> str:
+    """An exception in one line of the JSON: its type and the start of its message."""
+    return f"{type(e).__name__}: {str(e)[:limit]}"
+
+
+@contextlib.contextmanager
+def recorded(skipped: list[str], label: str):
+    """A part that may fail on this torch or device: its exception goes into `skipped` as a finding (`label:
+    error`), and the check goes on after the part."""
+    try:
+        yield
+    except Exception as e:
+        skipped.append(f"{label}: {error_text(e)}")
+
+
 def sync(dev: torch.device) -> None:
     if dev.type == "cuda":
         torch.cuda.synchronize(dev)
@@ -212,7 +227,7 @@ def attention_paths(dev: torch.device, rows: int, ctx: int, page: int = 256) -> 
             try:
                 got = call()
             except Exception as e:  # a path this torch or device lacks is a finding, not a failure
-                errors.append(f"cu_seq_k={'set' if cu is not None else 'None'}: {type(e).__name__}: {str(e)[:300]}")
+                errors.append(f"cu_seq_k={'set' if cu is not None else 'None'}: {error_text(e)}")
                 continue
             out["varlen_paged_ms"] = timed(call)
             out["varlen_paged_max_abs_err"] = float((got.float() - expect.float()).abs().max())
@@ -228,7 +243,7 @@ def attention_paths(dev: torch.device, rows: int, ctx: int, page: int = 256) -> 
                 out["varlen_paged_heads_major_ms"] = timed(lambda: paged(works, kh, vh))
                 out["varlen_paged_heads_major_max_abs_err"] = float((got.float() - expect.float()).abs().max())
             except Exception as e:
-                out["varlen_paged_heads_major_error"] = f"{type(e).__name__}: {str(e)[:300]}"
+                out["varlen_paged_heads_major_error"] = error_text(e)
     return out
 
 
@@ -419,7 +434,7 @@ def decode_variants(model, dev: torch.device, rows: int, ctx: int, iters: int, f
             r["wall_s"] = time.perf_counter() - t1
         except Exception as e:  # a finding, not a failure of the check
             r = {"path": name, "rows": rows, "context": ctx, "decode_attention": attention, "graphs": graphs,
-                 "block_size": block_size, "error": f"{type(e).__name__}: {str(e)[:300]} [...] {str(e)[-500:]}"}
+                 "block_size": block_size, "error": f"{error_text(e)} [...] {str(e)[-500:]}"}
         out.append(r)
         print(f"decode path {name} {rows} x {ctx}: "
               f"{r.get('ms_per_iteration', r.get('error'))}", file=sys.stderr, flush=True)
@@ -600,7 +615,7 @@ def main() -> int:
                 try:
                     r = decode_ms(small, dev, rows, ctx, 4 if q else 20)
                 except Exception as e:  # recorded; the parts after this one still run
-                    res["skipped"].append(f"decode {rows} x {ctx}: {type(e).__name__}: {str(e)[:300]}")
+                    res["skipped"].append(f"decode {rows} x {ctx}: {error_text(e)}")
                     continue
                 r["floor_ms"] = floor(r)
                 r["over_floor"] = r["ms_per_iteration"] / r["floor_ms"]
@@ -622,7 +637,7 @@ def main() -> int:
                 try:
                     r = segment_rollout(small, dev, m, 256 if q else 16384, 2 if q else groups, 16 if q else samples)
                 except Exception as e:
-                    out[str(m)] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+                    out[str(m)] = {"error": error_text(e, 400)}
                     continue
                 # the same rollout at the bandwidth floor (its decode alone: weights per iteration, K/V per token)
                 r["decode_floor_s"] = (r["decode_iterations"] * wb + r["context_tokens"] * bpt) / bw["bytes_per_s"]
@@ -647,7 +662,7 @@ def main() -> int:
             res["slots_vs_paged"] = r = slots_vs_paged(big, dev, 8 if q else 128, 256 if q else 16384,
                                                        64 if q else 4096, 32 if q else 2048, 2 if q else 25)
         except Exception as e:  # recorded; the parts after it still run
-            r = res["slots_vs_paged"] = {"error": f"{type(e).__name__}: {str(e)[:400]}"}
+            r = res["slots_vs_paged"] = {"error": error_text(e, 400)}
         big = None
         if "error" not in r:
             print(f"128 rows at 16k: peak KV {r['peak_kv_gib']:.2f} GiB in a pool of {r['pool_gib']:.2f} GiB "
@@ -673,39 +688,33 @@ def diagnostics(res: dict, small, dev: torch.device, shapes: dict, q: bool, left
     if left() < 0:
         res["skipped"].append("sampler / host_step / norm / prefill: budget")
         return
-    with part("sampler / host_step"):
-        try:  # the sampler alone on the 0.5B shape's vocabulary
-            res["sampler"] = [sampler_case(4 if q else 256, shapes["qwen2.5-0.5b"]["vocab_size"], setting, dev,
-                                           torch.bfloat16, 5, None, fused=dev.type == "cuda")
-                              for setting in SAMPLER_SETTINGS]
-            print("sampler: " + ", ".join(f"{r['setting']} {r['ms']:.2f} ms" + (
-                f" (fused {r['fused_ms']:.3f} ms, same tokens {r['fused_same_tokens']})" if "fused_ms" in r else "")
-                for r in res["sampler"]), file=sys.stderr, flush=True)
-            # the host's part of a step (the scheduler in Python, the copies into the graph's inputs, the
-            # sampler's launches)
-            res["host_step"] = [host_step_ms(dev, rows, 256 if q else 2048, 20 if q else 200)
-                                for rows in ((4,) if q else (64, 256))]
-            print("host per step: " + ", ".join(f"{r['rows']} rows {r['ms_per_step']:.3f} ms"
-                                                for r in res["host_step"]), file=sys.stderr, flush=True)
-        except Exception as e:
-            res["skipped"].append(f"sampler / host_step: {type(e).__name__}: {str(e)[:300]}")
-    with part("norm"):
-        try:  # a step's RMSNorms: the transformers module (8 operations each in bf16) against the engine's one op
-            small_shape = shapes["qwen2.5-0.5b"]
-            res["norm"] = nm = norm_paths(dev, 4 if q else 256, small_shape["hidden_size"],
-                                          small_shape["num_hidden_layers"])
-            print(f"norms per step: module {nm['module_ms']:.3f} ms, engine {nm['engine_ms']:.3f} ms, outputs "
-                  f"within {nm['max_diff_bf16_steps']:.1f} bf16 steps", file=sys.stderr, flush=True)
-        except Exception as e:
-            res["skipped"].append(f"norm: {type(e).__name__}: {str(e)[:300]}")
-    with part("prefill"):
-        try:  # the packed prefill's attention: per-length SDPA against one varlen_attn call per layer
-            res["prefill"] = pf = prefill_paths(small, dev, QUICK_PREFILL_CASES if q else PREFILL_CASES)
-            times = [f"{c['case']} sdpa {c['sdpa_ms']:.1f} ms" + (
-                f", varlen {c['varlen_ms']:.1f} ms" if "varlen_ms" in c else "") for c in pf["cases"]]
-            print(f"prefill (auto: {pf['auto']}): " + "; ".join(times), file=sys.stderr, flush=True)
-        except Exception as e:
-            res["skipped"].append(f"prefill: {type(e).__name__}: {str(e)[:300]}")
+    with part("sampler / host_step"), recorded(res["skipped"], "sampler / host_step"):
+        # the sampler alone on the 0.5B shape's vocabulary
+        res["sampler"] = [sampler_case(4 if q else 256, shapes["qwen2.5-0.5b"]["vocab_size"], setting, dev,
+                                       torch.bfloat16, 5, None, fused=dev.type == "cuda")
+                          for setting in SAMPLER_SETTINGS]
+        print("sampler: " + ", ".join(f"{r['setting']} {r['ms']:.2f} ms" + (
+            f" (fused {r['fused_ms']:.3f} ms, same tokens {r['fused_same_tokens']})" if "fused_ms" in r else "")
+            for r in res["sampler"]), file=sys.stderr, flush=True)
+        # the host's part of a step (the scheduler in Python, the copies into the graph's inputs, the sampler's
+        # launches)
+        res["host_step"] = [host_step_ms(dev, rows, 256 if q else 2048, 20 if q else 200)
+                            for rows in ((4,) if q else (64, 256))]
+        print("host per step: " + ", ".join(f"{r['rows']} rows {r['ms_per_step']:.3f} ms"
+                                            for r in res["host_step"]), file=sys.stderr, flush=True)
+    with part("norm"), recorded(res["skipped"], "norm"):
+        # a step's RMSNorms: the transformers module (8 operations each in bf16) against the engine's one op
+        small_shape = shapes["qwen2.5-0.5b"]
+        res["norm"] = nm = norm_paths(dev, 4 if q else 256, small_shape["hidden_size"],
+                                      small_shape["num_hidden_layers"])
+        print(f"norms per step: module {nm['module_ms']:.3f} ms, engine {nm['engine_ms']:.3f} ms, outputs "
+              f"within {nm['max_diff_bf16_steps']:.1f} bf16 steps", file=sys.stderr, flush=True)
+    with part("prefill"), recorded(res["skipped"], "prefill"):
+        # the packed prefill's attention: per-length SDPA against one varlen_attn call per layer
+        res["prefill"] = pf = prefill_paths(small, dev, QUICK_PREFILL_CASES if q else PREFILL_CASES)
+        times = [f"{c['case']} sdpa {c['sdpa_ms']:.1f} ms" + (
+            f", varlen {c['varlen_ms']:.1f} ms" if "varlen_ms" in c else "") for c in pf["cases"]]
+        print(f"prefill (auto: {pf['auto']}): " + "; ".join(times), file=sys.stderr, flush=True)
     if dev.type == "cuda":
         torch.cuda.empty_cache()
 
