@@ -50,6 +50,8 @@ def by_size(sizes: list[int], k: int, correct: dict) -> dict:
 
 
 def main() -> int:
+    from ulorl.evaluation.metrics import z_text
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="configs/demo.yaml")
     ap.add_argument("--pairs", default="0/0,1/0,2/0,0/1,0/2", help="SFT_SEED/TRAIN_SEED, comma-separated")
@@ -83,7 +85,7 @@ def main() -> int:
                "phase_s": summary["phase_s"], "wall_s": summary["wall_s"]}
         table[f"{sft_seed}/{train_seed}"] = row
         print(f"{sft_seed}/{train_seed}: SFT {row['sft']['steps']} steps, avg@k {row['before']:.3f} -> "
-              f"{row['after']:.3f}, {paired['delta'] * 100:+.1f} points (z {paired['z']:.1f})", flush=True)
+              f"{row['after']:.3f}, {paired['delta'] * 100:+.1f} points (z {z_text(paired['z'])})", flush=True)
     return emit({"config": args.config, "sets": args.set, "pairs": table, "machine": machine(load0)}, args.out)
 
 

@@ -117,6 +117,8 @@ def _change(cmp: dict) -> dict:
 
 
 def main() -> int:
+    from ulorl.evaluation.metrics import z_text
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="configs/long.yaml")
     ap.add_argument("--pairs", default="0/0,0/1,0/2,1/0,2/0",
@@ -170,8 +172,8 @@ def main() -> int:
         table[f"{warm}/{train_seed}"] = row
         last = row["steps"][str(steps[-1])]
         print(f"{warm}/{train_seed} step {steps[-1]}: " + "; ".join(
-            f"{k} {last[k]['delta'] * 100:+.1f} points (z {last[k]['z']:.1f})" for k in ("all", "long") if k in last),
-            flush=True)
+            f"{k} {last[k]['delta'] * 100:+.1f} points (z {z_text(last[k]['z'])})"
+            for k in ("all", "long") if k in last), flush=True)
     return emit({"config": args.config, "sets": args.set, "min_tokens": args.min_tokens, "pairs": table,
                  "cpu_numerics": numerics, "machine": machine(load0)}, args.out)
 

@@ -95,6 +95,8 @@ def by_length(before: dict, after: dict, edges: tuple[int, ...] = LENGTH_EDGES) 
 
 
 def main() -> int:
+    from ulorl.evaluation.metrics import z_text
+
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="the run's config (its data and eval sections)")
     ap.add_argument("--model", action="append", required=True, metavar="LABEL=PATH",
@@ -120,7 +122,7 @@ def main() -> int:
         else:
             m["vs_" + first] = cmp = paired(models[first], m, args.min_tokens)
             m["by_length_vs_" + first] = by_length(models[first], m)
-            line += "".join(f"; {k} {v['delta']:+.4f} (se {v['se']:.4f}, z {v['z']:.2f})"
+            line += "".join(f"; {k} {v['delta']:+.4f} (se {v['se']:.4f}, z {z_text(v['z'], 2)})"
                             for k, v in cmp.items() if v)
         print(line, flush=True)
     return emit({"config": args.config, "min_tokens": args.min_tokens, "models": models, "machine": machine(load0)},

@@ -133,7 +133,9 @@ def _clock(seconds: float) -> str:
 
 def _paired(p: dict) -> str:
     """A `paired_difference` result in points: change, standard error, z, problems better / worse."""
-    return (f"{100 * p['delta']:+.1f} points, standard error {100 * p['se']:.1f}, z = {p['z']:.1f}; "
+    from ulorl.evaluation.metrics import z_text
+
+    return (f"{100 * p['delta']:+.1f} points, standard error {100 * p['se']:.1f}, z = {z_text(p['z'])}; "
             f"{p['better']} problems better, {p['worse']} worse")
 
 

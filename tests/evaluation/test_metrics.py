@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from math import comb
 
 import pytest
 
 from ulorl.evaluation import length_stats, paired_difference, pass_at_k
+from ulorl.evaluation.metrics import z_text
 from ulorl.config import EvalConfig
 
 
@@ -63,6 +65,15 @@ def test_paired_difference_by_hand():
     assert p["se"] == pytest.approx(sd / 2)
     assert p["z"] == pytest.approx(0.25 / (sd / 2))
     assert (p["better"], p["worse"], p["same"], p["num_problems"]) == (2, 1, 1, 4)
+
+
+def test_paired_difference_without_spread_has_no_z():
+    # every problem changed by the same amount (here none): se = 0, z undefined, and the dict is strict JSON
+    p = paired_difference([1, 2, 4], [1, 2, 4], k=4)
+    assert (p["delta"], p["se"], p["z"], p["same"]) == (0.0, 0.0, None, 3)
+    assert json.loads(json.dumps(p, allow_nan=False))["z"] is None
+    assert paired_difference([0, 1], [2, 3], k=4)["z"] is None  # both +2/4
+    assert (z_text(None), z_text(2.345), z_text(2.345, 2)) == ("undefined", "2.3", "2.35")
 
 
 def test_paired_difference_rejects_mismatched_lists():

@@ -40,6 +40,8 @@ def paired_difference(before: list[int], after: list[int], k: int) -> dict[str, 
     differences d_i = (after_i - before_i) / k; returns their mean (= the change in avg@k), its
     standard error std(d, ddof=1) / sqrt(n), z = mean / se, and how many problems got better/worse.
     Pairing removes the problem-difficulty variance that two independent avg@k estimates carry.
+    Where every problem changed by the same amount (se = 0, e.g. none changed), z is undefined: None (`null` in
+    JSON, which has no NaN; `z_text` prints it).
     """
     if len(before) != len(after):
         raise ValueError(f"paired_difference: {len(before)} problems before but {len(after)} after")
@@ -48,5 +50,10 @@ def paired_difference(before: list[int], after: list[int], k: int) -> dict[str, 
     d = (np.asarray(after, dtype=np.float64) - np.asarray(before, dtype=np.float64)) / k
     se = float(d.std(ddof=1) / np.sqrt(len(d)))
     mean = float(d.mean())
-    return {"delta": mean, "se": se, "z": mean / se if se > 0 else float("nan"), "better": int((d > 0).sum()), "worse": int((d < 0).sum()), "same": int((d == 0).sum()),
-            "num_problems": len(d)}
+    return {"delta": mean, "se": se, "z": mean / se if se > 0 else None, "better": int((d > 0).sum()),
+            "worse": int((d < 0).sum()), "same": int((d == 0).sum()), "num_problems": len(d)}
+
+
+def z_text(z: float | None, digits: int = 1) -> str:
+    """A `paired_difference` z for a report: "undefined" where it is None (se = 0)."""
+    return "undefined" if z is None else f"{z:.{digits}f}"
