@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import argparse
 import errno
-import importlib
 import sys
 import time
 from dataclasses import dataclass
@@ -221,13 +220,9 @@ COMMANDS = (
 )
 
 
-def _function(ref: str):
-    module, name = ref.split(":")
-    return getattr(importlib.import_module(module), name)
-
-
 def build_parser() -> argparse.ArgumentParser:
     from ulorl import __version__
+    from ulorl.reward.zygote import resolve_function  # "module:function" -> the function
 
     p = argparse.ArgumentParser(prog="ulorl", description="UloRL: RL for language models with ultra-long answers "
                                 "(segment rollout, POIS/SAIS/TOIS, DMMPTs).")
@@ -236,8 +231,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
         c = sub.add_parser(command.name, help=command.help, description=command.description)
-        _function(command.arguments)(c)
-        c.set_defaults(func=_function(command.run))
+        resolve_function(command.arguments)(c)
+        c.set_defaults(func=resolve_function(command.run))
     return p
 
 
