@@ -99,6 +99,30 @@ def test_train_reports_the_exact_measure_of_its_saved_models(tmp_path, eos_model
     assert f"the {n_long} of >= 10 solution tokens" in out
 
 
+def test_a_finished_run_given_more_steps_takes_its_final_evaluation_again(tmp_path, eos_model_dir, capsys):
+    run = tmp_path / "run"
+    args = [f"model.path={eos_model_dir}", *ARGS, "reward.fn=exact", "reward.overlong=soft_penalty",
+            "reward.overlong_buffer=16"]
+    assert main(["train", "-o", str(run), *args]) == 0
+    first = json.loads((run / "history.json").read_text())["eval_reference_logprob"]
+    capsys.readouterr()
+    assert main(["train", "-o", str(run), "--resume", "auto", *args, "train.steps=3"]) == 0
+    assert "train.steps raised to 3: the final held-out evaluation (of step 2) is taken again after step 3" in \
+        capsys.readouterr().out
+    history = json.loads((run / "history.json").read_text())
+    summary = json.loads((run / "summary.json").read_text())
+    cfg = load_run_config(None, args)
+    tok, model = load_tokenizer(eos_model_dir), load_model(run / "export")  # step 3's policy
+    rows, _ = load_prompts(cfg.data, tok, "eval")
+    params = SamplingParams(temperature=cfg.eval.temperature, top_p=cfg.eval.top_p, top_k=cfg.eval.top_k)
+    logprobs = [s.logprob for s in score_references(model, tok, rows, params, eos_token_ids(model, tok)[0])]
+    after = history["eval_reference_logprob"]["after"]
+    assert after == pytest.approx(logprobs, rel=1e-5)
+    assert after != pytest.approx(first["after"], rel=1e-3)  # not step 2's, which the first run evaluated
+    assert history["eval_reference_logprob"]["before"] == first["before"]
+    assert summary["steps"] == 3 and summary["eval_after"] == history["eval"]["after"]
+
+
 def test_reference_needs_the_held_out_solutions(tmp_path, tiny_model_dir):
     rows = [{"prompt": "2 + 2", "answer": "4"}, {"prompt": "1 + 2", "answer": "3"}]
     data = tmp_path / "eval.jsonl"

@@ -31,11 +31,15 @@ from ulorl.run.signals import StopOnSignal
 from ulorl.run.stall import stall_error
 
 
+PER_PROBLEM_EVAL = ("eval_correct", "eval_reference", "eval_reference_logprob")  # history keys: problem -> result
+
+
 def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
     started = time.perf_counter()
     session = open_session(cfg, run_dir, resume)
     stop, bar = StopOnSignal(), None
     try:
+        finished = check_resumed(session)
         if "before" not in session.history["eval"] and session.eval_prompts:
             session.history["eval"]["before"] = evaluate_policy(session, "before")
         bar = tqdm(total=cfg.train.steps, initial=session.step, desc="ulorl train", disable=not cfg.logging.progress)
@@ -47,7 +51,7 @@ def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
                 metrics.update({f"eval/{k}": v for k, v in ev.items()})
                 if step == cfg.train.steps:  # the final evaluation is this one: not sampled twice
                     session.history["eval"]["after"] = ev
-                    for key in ("eval_correct", "eval_reference", "eval_reference_logprob"):  # per problem
+                    for key in PER_PROBLEM_EVAL:
                         if f"step{step}" in session.history.get(key, {}):
                             session.history[key]["after"] = session.history[key][f"step{step}"]
             session.loggers.log(metrics, step)
@@ -67,7 +71,9 @@ def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
             final = save(session)
             summary = summarize(session, final, wall_s=time.perf_counter() - started)
             if cfg.checkpoint.export:  # a plain HF folder (LoRA merged) of the final checkpoint: RUN/export
-                summary["export_dir"] = str(export_checkpoint(final, session.run_dir / EXPORT_DIR))
+                exported = session.run_dir / EXPORT_DIR
+                summary["export_dir"] = str(exported if finished and exported.is_dir() else
+                                            export_checkpoint(final, exported))
         atomic_write_text(session.run_dir / "summary.json", json.dumps(summary, indent=1))  # the folder is locked
         return summary
     except KeyboardInterrupt:  # a second signal: stop now, and say what is left
@@ -81,6 +87,35 @@ def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
             bar.close()
         stop.restore()
         session.close()
+
+
+def check_resumed(session: TrainSession) -> bool:
+    """Whether the resumed run had already done all of its work: every step, the final evaluation and the summary
+    (written after the final checkpoint and its export); it says so. A finished run resumed with a higher
+    `train.steps` forgets its final evaluation, which is taken again after the new last step, and says so."""
+    h, steps = session.history, session.cfg.train.steps
+    if session.step < steps:
+        if "after" in h["eval"]:
+            say(f"train.steps raised to {steps}: the final held-out evaluation (of step {session.step}) is taken "
+                f"again after step {steps}")
+            for key in ("eval", *PER_PROBLEM_EVAL):
+                h.get(key, {}).pop("after", None)
+        return False
+    finished = ("after" in h["eval"] or not session.eval_prompts) and "steps" in read_summary(session.run_dir)
+    if finished:
+        say(f"this run already finished {session.step} steps (train.steps={steps}): nothing to train; its "
+            f"summary follows (to train further, resume with a higher train.steps)")
+    return finished
+
+
+def read_summary(run_dir) -> dict:
+    """The run's `summary.json`; {} when there is none or it cannot be read (a run stopped by a signal wrote
+    `{"stopped_at": step}` there instead of a summary)."""
+    try:
+        summary = json.loads((run_dir / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+    return summary if isinstance(summary, dict) else {}
 
 
 def train_step(session: TrainSession) -> dict:

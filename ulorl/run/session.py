@@ -216,6 +216,8 @@ class TrainSession:
                 self.placement.close()
                 raise
             commit_resumed(self.ckpt_root, checkpoint["path"])
+            if Path(checkpoint["path"]).resolve() == step_dir(self.ckpt_root, self.step).resolve():
+                self._saved = save_fingerprint(self.step, self._state())  # a save before any change is skipped
         resume_step = self.step if checkpoint else None
         atomic_write_text(self.run_dir / "config.yaml", dump_yaml(cfg))
         table_every = cfg.logging.table_every or default_table_every(cfg.train.steps)
@@ -237,11 +239,16 @@ class TrainSession:
         self.learner.load_state_dict({"optimizer": ckpt["optimizer"]})
         set_rng_state(s["rng"], ckpt["torch_rng"])
 
+    def _state(self) -> dict:
+        """The run's state at this step boundary, as `state.json` holds it (the RNG states are added there)."""
+        return {"step": self.step, "version": self.version, "counters": self.counters, "history": self.history,
+                "prompt_source": self.prompts.state_dict(), "rollout": self.rollout.state_dict(),
+                "config": to_dict(self.cfg)}
+
     def save(self) -> Path:
-        """Checkpoint the state at this step boundary (skipped when identical to the last save of this step)."""
-        state = {"step": self.step, "version": self.version, "counters": self.counters, "history": self.history,
-                 "prompt_source": self.prompts.state_dict(), "rollout": self.rollout.state_dict(),
-                 "config": to_dict(self.cfg)}
+        """Checkpoint the state at this step boundary (skipped when identical to the last save of this step, or to
+        the checkpoint this session resumed from)."""
+        state = self._state()
         fingerprint = save_fingerprint(self.step, state)
         final = step_dir(self.ckpt_root, self.step)
         if self._saved == fingerprint and final.is_dir():

@@ -91,11 +91,17 @@ def test_interrupted_and_resumed_run_equals_uninterrupted_run(reference, eos_mod
     assert list(second["phase_s"]) == [p for p in PHASES if p in times] and "warm_start" not in times
 
 
-def test_resume_after_the_last_step_runs_nothing_and_keeps_the_result(reference, eos_model, tmp_path):
+def test_resume_after_the_last_step_runs_nothing_and_keeps_the_result(reference, eos_model, tmp_path, capsys):
     run = tmp_path / "run"
     shutil.copytree(reference, run)
     before = R.weights(R.latest(run))
+    files = [R.latest(run) / "state.json", R.latest(run) / "model" / "model.safetensors",
+             run / "export" / "model.safetensors"]
+    inodes = [p.stat().st_ino for p in files]  # a rewritten file is a new file (written aside, then renamed)
+    capsys.readouterr()
     summary = train(R.config(eos_model, f"train.steps={N}", f"checkpoint.keep={N}"), run, resume="auto")
-    assert summary["steps"] == N
+    assert summary["steps"] == N and summary["export_dir"] == str(run / "export")
+    assert f"this run already finished {N} steps (train.steps={N}): nothing to train" in capsys.readouterr().out
+    assert [p.stat().st_ino for p in files] == inodes  # neither the last checkpoint nor the export written again
     R.assert_same_weights(R.weights(R.latest(run)), before)
     assert R.metrics(run) == R.metrics(reference) and R.samples(run) == R.samples(reference)
