@@ -87,6 +87,35 @@ def test_an_explicit_checkpoint_is_never_replaced_and_incompatible_changes_are_r
     assert decide_resume(run, CONFIG, str(run)).checkpoint["path"] == good  # a run folder: its `latest`
 
 
+def test_a_path_that_is_not_a_checkpoint_is_named_for_what_it_is(tmp_path, model_and_tokenizer):
+    run = tmp_path / "run"
+    ckpt = save(run, 1, model_and_tokenizer)
+    model = tmp_path / "export"
+    model_and_tokenizer[0].save_pretrained(model)
+    (tmp_path / "notes.txt").write_text("x")
+    (tmp_path / "empty_run" / "checkpoints").mkdir(parents=True)
+    (tmp_path / "nothing").mkdir()
+    interrupted = run / "checkpoints" / "step_000002.tmp-123"
+    interrupted.mkdir()
+    expected = {
+        model: f"{model} is a model folder (an export, or a model's own files), not a checkpoint: it has no "
+               f"optimizer, pools or run state to resume; to start a new run from its weights, set model.path={model}",
+        ckpt / "model": f"{ckpt / 'model'} is a part of checkpoint {ckpt}: resume from that folder (--resume {ckpt})",
+        tmp_path / "notes.txt": f"{tmp_path / 'notes.txt'} is a file, not a checkpoint folder",
+        tmp_path / "empty_run": f"{tmp_path / 'empty_run'} is a run folder whose checkpoints/ holds no committed "
+                                "checkpoint (no latest pointer)",
+        tmp_path / "nothing": f"{tmp_path / 'nothing'} is not a checkpoint: it holds no MANIFEST.json (--resume PATH "
+                              "takes a checkpoint folder, RUN/checkpoints/step_N, or a run folder)",
+        tmp_path / "gone": f"checkpoint {tmp_path / 'gone'} does not exist",
+    }
+    for path, message in expected.items():
+        assert str(decide_resume(tmp_path / "new", CONFIG, str(path)).error) == message
+    # what was, or is being, saved as a checkpoint: the hint on what `auto` would do follows
+    assert str(decide_resume(run, CONFIG, str(interrupted)).error) == (
+        f"checkpoint {interrupted} is incomplete: no MANIFEST.json (the save was interrupted)\n"
+        "(--resume auto falls back to the newest valid checkpoint)")
+
+
 def test_config_changes_are_written_as_the_yaml_file_writes_them():
     from ulorl.run.checkpoint.resume import compare_configs
 

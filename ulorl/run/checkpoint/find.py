@@ -16,11 +16,9 @@ from ulorl.run.checkpoint.store import (CHECKPOINTS, LATEST, MANIFEST, REQUIRED_
 def verify_checkpoint(path: str | Path) -> dict:
     """Check a checkpoint folder against its manifest; return the manifest or raise CheckpointError."""
     path = Path(path)
-    if not path.is_dir():
-        raise CheckpointError(f"checkpoint {path} does not exist")
     mf = path / MANIFEST
     if not mf.exists():
-        raise CheckpointError(f"checkpoint {path} is incomplete: no {MANIFEST} (the save was interrupted)")
+        raise CheckpointError(not_a_checkpoint(path))
     try:
         manifest = json.loads(mf.read_bytes())
         files = manifest["files"]
@@ -45,6 +43,33 @@ def verify_checkpoint(path: str | Path) -> dict:
         if not isinstance(meta, dict) or f.stat().st_size != meta.get("size") or sha256(f) != meta.get("sha256"):
             raise CheckpointError(f"checkpoint {path}: {rel} does not match its checksum (corrupted)")
     return manifest
+
+
+def is_checkpoint_folder(path: Path) -> bool:
+    """Whether `path` was, or is being, saved as a checkpoint: it has a manifest, or a step folder's name
+    (`step_000012`, its moved-aside copy, or the `step_000012.tmp-PID` a save writes first)."""
+    return (path / MANIFEST).exists() or step_of(path) is not None or ".tmp-" in path.name
+
+
+def not_a_checkpoint(path: Path) -> str:
+    """Why `path`, which holds no manifest, is not a checkpoint to resume from: a save that was interrupted (a
+    step folder, or one being written), or something else that a user may take for one."""
+    if not path.exists():
+        return f"checkpoint {path} does not exist"
+    if not path.is_dir():
+        return f"{path} is a file, not a checkpoint folder"
+    if is_checkpoint_folder(path):
+        return f"checkpoint {path} is incomplete: no {MANIFEST} (the save was interrupted)"
+    if (path.parent / MANIFEST).is_file():
+        return f"{path} is a part of checkpoint {path.parent}: resume from that folder (--resume {path.parent})"
+    if (path / "config.json").is_file():
+        return (f"{path} is a model folder (an export, or a model's own files), not a checkpoint: it has no "
+                f"optimizer, pools or run state to resume; to start a new run from its weights, set "
+                f"model.path={path}")
+    if (path / CHECKPOINTS).is_dir():
+        return f"{path} is a run folder whose {CHECKPOINTS}/ holds no committed checkpoint (no {LATEST} pointer)"
+    return (f"{path} is not a checkpoint: it holds no {MANIFEST} (--resume PATH takes a checkpoint folder, "
+            f"RUN/{CHECKPOINTS}/step_N, or a run folder)")
 
 
 def find_resumable(root: str | Path) -> tuple[Path | None, list[str]]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ulorl.run.checkpoint.find import (check_run_state, existing_checkpoints, find_resumable, load_checkpoint,
-                                      resolve_resume_path)
+from ulorl.run.checkpoint.find import (check_run_state, existing_checkpoints, find_resumable, is_checkpoint_folder,
+                                      load_checkpoint, resolve_resume_path)
 from ulorl.run.checkpoint.store import CHECKPOINTS, LATEST, CheckpointError, incomplete_saves, read_latest, set_latest
 
 
@@ -114,6 +114,8 @@ def _choose_checkpoint(root: Path, config: dict, resume: str | None, notes: list
         try:
             ckpt = load_checkpoint(path)
         except CheckpointError as e:
+            if not is_checkpoint_folder(path):  # the error says what it is instead
+                raise
             raise CheckpointError(f"{e}\n(--resume auto falls back to the newest valid checkpoint)") from e
     check_run_state(ckpt)
     bad, ok, other = compare_configs(ckpt["state"]["config"], config)
