@@ -244,8 +244,17 @@ def _run_folder(tmp: Path) -> Path:
     return run_dir
 
 
+def _checkpoint(tmp: Path) -> Path:
+    """A checkpoint folder of that layout (its manifest beside the policy's folder)."""
+    ckpt = _run_folder(tmp) / "checkpoints" / "step_000100"
+    (ckpt / "MANIFEST.json").write_text("{}")
+    return ckpt
+
+
 MODEL_CASES = {
     "a missing folder": (lambda t: t / "nowhere", ["model.path=", "nowhere", "no such folder"]),
+    "a file": (_file, ["model.path=", "afile", "a file, not a folder"]),
+    "a checkpoint": (_checkpoint, ["no config.json", "a `ulorl train` checkpoint: give", "step_000100/model'"]),
     "a folder without config.json": (lambda t: t, ["no config.json", "not a Hugging Face model folder"]),
     "a run folder": (_run_folder, ["no config.json", "run folder", "myrun/export'", "step_000100/model'"]),
 }

@@ -53,7 +53,8 @@ def resolve_model_path(path: str | os.PathLike) -> Path:
         return gguf_model_dir(gguf)
     p = Path(path)
     if not p.is_dir():
-        raise FileNotFoundError(f"model.path={path!r}: no such folder (give a local Hugging Face model folder, a "
+        what = "a file, not a folder" if p.exists() else "no such folder"
+        raise FileNotFoundError(f"model.path={path!r}: {what} (give a local Hugging Face model folder, a "
                                 f".gguf file, an installed package shipping one, or 'builtin')")
     if not (p / "config.json").exists():
         raise FileNotFoundError(f"model.path={path!r}: folder has no config.json, so it is not a Hugging Face model "
@@ -63,8 +64,11 @@ def resolve_model_path(path: str | os.PathLike) -> Path:
 
 def _run_folder_hint(folder: Path) -> str:
     """For a `ulorl train` run folder given as a model: the model folders inside it (its export, its newest
-    checkpoint's policy) to give instead; '' for any other folder. The names are `ulorl.run`'s `EXPORT_DIR` and
-    `CHECKPOINTS`, spelled here: models sit below the run wing and import nothing of it."""
+    checkpoint's policy) to give instead; for a checkpoint folder, its policy; '' for any other folder. The names
+    are `ulorl.run`'s `EXPORT_DIR`, `CHECKPOINTS` and `MANIFEST`, spelled here: models sit below the run wing and
+    import nothing of it."""
+    if (folder / "MANIFEST.json").is_file() and (folder / "model" / "config.json").is_file():
+        return f"; it is a `ulorl train` checkpoint: give {str(folder / 'model')!r}"
     models = [folder / "export"] if (folder / "export" / "config.json").is_file() else []
     checkpoints = sorted(folder.glob("checkpoints/step_*/model/config.json"))
     models += [checkpoints[-1].parent] if checkpoints else []
