@@ -63,13 +63,21 @@ def test_the_protocol_and_model_come_from_the_preset_and_flags_win(tmp_path):
     assert model_path(_args()) == "builtin"
 
 
-def test_a_bad_protocol_value_in_the_preset_names_its_key(tmp_path):
+def test_a_bad_protocol_value_names_the_flag_or_the_preset_it_came_from(tmp_path):
     from ulorl.evaluation.cli import eval_config
 
     preset = tmp_path / "run.yaml"
-    preset.write_text("eval:\n  temperature: -1\n")
-    with pytest.raises(ConfigError, match="eval.temperature"):
+    preset.write_text("eval:\n  temperature: -1\n  kk: 2\n")
+    with pytest.raises(ConfigError, match=rf"^{preset}: unknown config key eval.kk \(did you mean eval.k\?\)"):
         eval_config(_args("--config", str(preset)))
+    preset.write_text("eval:\n  temperature: -1\n")
+    with pytest.raises(ConfigError, match=rf"^{preset}: eval.temperature must be a finite number > 0"):
+        eval_config(_args("--config", str(preset)))
+    # a flag wins over the preset's value, and is what the message names
+    with pytest.raises(ConfigError, match=r"^--max-new-tokens: eval.max_new_tokens must be >= 1, got -3$"):
+        eval_config(_args("--config", str(preset), "--temperature", "0.5", "--max-new-tokens", "-3"))
+    with pytest.raises(ConfigError, match=r"^--k: eval.k must be >= 1, got 0$"):
+        eval_config(_args("--k", "0"))
 
 
 def test_with_a_preset_the_held_out_set_is_the_training_runs(tmp_path):

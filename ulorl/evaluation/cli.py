@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 from dataclasses import fields
 from pathlib import Path
 
@@ -104,8 +105,15 @@ def _preset(args: argparse.Namespace, section: str) -> dict:
 def eval_config(args: argparse.Namespace) -> EvalConfig:
     """The evaluation protocol: the flags given, else --config's `eval:` section, else `EvalConfig`'s defaults."""
     merged = dict(_preset(args, "eval"))
-    merged.update({k: getattr(args, k) for k in _EVAL_FLAGS if getattr(args, k) is not None})
-    cfg = build(EvalConfig, merged, "eval.")
+    given = {k: getattr(args, k) for k in _EVAL_FLAGS if getattr(args, k) is not None}
+    merged.update(given)
+    try:
+        cfg = build(EvalConfig, merged, "eval.")
+    except ConfigError as e:  # named as the user gave it: the flag, or --config's file
+        key = re.search(r"eval\.(\w+)", str(e))
+        if key and key.group(1) in given:
+            raise ConfigError(f"--{key.group(1).replace('_', '-')}: {e}") from e
+        raise ConfigError(f"{args.config}: {e}") if key and args.config else e
     if args.pass_k and max(args.pass_k) > cfg.k:  # asked for by name: not dropped as a preset's larger ones are
         raise ConfigError(f"--pass-k {' '.join(map(str, args.pass_k))}: pass@k needs k samples a problem, and "
                           f"--k is {cfg.k}; raise --k to {max(args.pass_k)} or drop the larger values")
