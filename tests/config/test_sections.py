@@ -77,6 +77,22 @@ def test_missing_or_invalid_file(tmp_path):
         load_run_config(bad)
 
 
+def test_a_bad_value_from_the_file_names_the_file_and_one_from_an_override_does_not(tmp_path):
+    f = tmp_path / "run.yaml"
+    f.write_text("eval:\n  k: 0\n  kk: 1\n")
+    with pytest.raises(ConfigError, match=rf"^config file {f}: unknown config key eval.kk \(did you mean eval.k\?\)"):
+        load_run_config(f)
+    f.write_text("eval:\n  k: 0\ntrain:\n  train_groups: 1000\n")
+    with pytest.raises(ConfigError, match=rf"^config file {f}: eval.k must be >= 1, got 0$"):
+        load_run_config(f)
+    with pytest.raises(ConfigError, match=r"^eval.k must be >= 1, got -1$"):  # the override replaced the file's
+        load_run_config(f, ["eval.k=-1"])
+    with pytest.raises(ConfigError, match=rf"^config file {f}: train.train_groups=1000 cannot be filled"):
+        load_run_config(f, ["eval.k=2"])
+    with pytest.raises(ConfigError, match=r"^train.train_groups=1000 cannot be filled"):
+        load_run_config(None, ["train.train_groups=1000"])
+
+
 def test_resolved_config_round_trips(tmp_path):
     cfg = load_run_config(CONFIGS / "demo.yaml", ["rollout.num_segments=2"])
     path = tmp_path / "config.yaml"

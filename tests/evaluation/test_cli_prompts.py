@@ -68,10 +68,10 @@ def test_a_bad_protocol_value_names_the_flag_or_the_preset_it_came_from(tmp_path
 
     preset = tmp_path / "run.yaml"
     preset.write_text("eval:\n  temperature: -1\n  kk: 2\n")
-    with pytest.raises(ConfigError, match=rf"^{preset}: unknown config key eval.kk \(did you mean eval.k\?\)"):
+    with pytest.raises(ConfigError, match=rf"^config file {preset}: unknown config key eval.kk \(did you mean eval.k"):
         eval_config(_args("--config", str(preset)))
     preset.write_text("eval:\n  temperature: -1\n")
-    with pytest.raises(ConfigError, match=rf"^{preset}: eval.temperature must be a finite number > 0"):
+    with pytest.raises(ConfigError, match=rf"^config file {preset}: eval.temperature must be a finite number > 0"):
         eval_config(_args("--config", str(preset)))
     # a flag wins over the preset's value, and is what the message names
     with pytest.raises(ConfigError, match=r"^--max-new-tokens: eval.max_new_tokens must be >= 1, got -3$"):

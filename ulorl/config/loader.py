@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import types
 import typing
 from pathlib import Path
@@ -208,8 +209,23 @@ def load_config(cls: type, path: str | Path | None = None, overrides: list[str] 
         data = _read_yaml(p) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"config file {p} must hold a mapping at top level")
-    data = deep_merge(data, parse_overrides(overrides or []))
-    return build(cls, data)
+    given = parse_overrides(overrides or [])
+    try:
+        return build(cls, deep_merge(data, given))
+    except ConfigError as e:  # a setting the file gave (and no override replaced): the message names the file
+        key = re.search(r"\b[a-z_]+(?:\.[a-z_0-9]+)+\b", str(e))
+        if path is None or not key or _lookup(given, key.group()) or not _lookup(data, key.group()):
+            raise
+        raise ConfigError(f"config file {path}: {e}") from e
+
+
+def _lookup(data: dict, dotted: str) -> bool:
+    """Whether the nested mapping `data` holds the dotted key `dotted` (`train.steps`, `unknown config key` too)."""
+    for part in dotted.split("."):
+        if not isinstance(data, dict) or part not in data:
+            return False
+        data = data[part]
+    return True
 
 
 def to_dict(cfg: Any) -> dict:

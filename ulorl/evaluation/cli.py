@@ -113,7 +113,7 @@ def eval_config(args: argparse.Namespace) -> EvalConfig:
         key = re.search(r"eval\.(\w+)", str(e))
         if key and key.group(1) in given:
             raise ConfigError(f"--{key.group(1).replace('_', '-')}: {e}") from e
-        raise ConfigError(f"{args.config}: {e}") if key and args.config else e
+        raise ConfigError(f"config file {args.config}: {e}") if key and args.config else e
     if args.pass_k and max(args.pass_k) > cfg.k:  # asked for by name: not dropped as a preset's larger ones are
         raise ConfigError(f"--pass-k {' '.join(map(str, args.pass_k))}: pass@k needs k samples a problem, and "
                           f"--k is {cfg.k}; raise --k to {max(args.pass_k)} or drop the larger values")
