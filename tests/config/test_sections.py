@@ -82,6 +82,9 @@ def test_a_bad_value_from_the_file_names_the_file_and_one_from_an_override_does_
     f.write_text("eval:\n  k: 0\n  kk: 1\n")
     with pytest.raises(ConfigError, match=rf"^config file {f}: unknown config key eval.kk \(did you mean eval.k\?\)"):
         load_run_config(f)
+    f.write_text("foo: 1\n")
+    with pytest.raises(ConfigError, match=rf"^config file {f}: unknown config key foo; valid keys"):
+        load_run_config(f)
     f.write_text("eval:\n  k: 0\ntrain:\n  train_groups: 1000\n")
     with pytest.raises(ConfigError, match=rf"^config file {f}: eval.k must be >= 1, got 0$"):
         load_run_config(f)

@@ -213,8 +213,9 @@ def load_config(cls: type, path: str | Path | None = None, overrides: list[str] 
     try:
         return build(cls, deep_merge(data, given))
     except ConfigError as e:  # a setting the file gave (and no override replaced): the message names the file
-        key = re.search(r"\b[a-z_]+(?:\.[a-z_0-9]+)+\b", str(e))
-        if path is None or not key or _lookup(given, key.group()) or not _lookup(data, key.group()):
+        key = re.search(r"^unknown config key (\w[\w.]*)|\b[a-z_]+(?:\.[a-z_0-9]+)+\b", str(e))
+        dotted = key and (key.group(1) or key.group())
+        if path is None or not dotted or _lookup(given, dotted) or not _lookup(data, dotted):
             raise
         raise ConfigError(f"config file {path}: {e}") from e
 
