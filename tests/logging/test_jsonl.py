@@ -107,3 +107,30 @@ def test_read_metrics_sorts_dedupes_and_skips_bad_lines(tmp_path, caplog):
         rows = read_metrics(path)
     assert rows == [{"step": 1, "x": None}, {"step": 2, "x": 3}]  # last occurrence of step 2 wins
     assert f"{path}:2" in caplog.text and f"{path}:3" in caplog.text
+
+
+def strict_loads(text: str):
+    """`json.loads` refusing NaN and +-inf, as jq and JavaScript do."""
+    def refuse(name):
+        raise ValueError(f"not JSON: {name}")
+
+    return json.loads(text, parse_constant=refuse)
+
+
+def test_the_runs_json_reports_write_non_finite_floats_as_null(tmp_path):
+    from ulorl.evaluation.evaluator import EvalResult
+    from ulorl.logging.base import finite_or_null, json_text
+    from ulorl.run.session import write_history
+
+    nan, inf = float("nan"), float("inf")
+    value = {"a": [1.5, nan, (inf, -inf, 2)], "b": {"c": nan, "d": "NaN", "e": None, "f": True, "g": 3}}
+    expected = {"a": [1.5, None, [None, None, 2]], "b": {"c": None, "d": "NaN", "e": None, "f": True, "g": 3}}
+    assert finite_or_null(value) == expected
+    assert strict_loads(json_text(value, indent=1)) == expected
+    with pytest.raises(ValueError, match="not JSON: NaN"):  # what Python's default wrote
+        strict_loads(json.dumps(value))
+    write_history(tmp_path, {"entropy": [0.5, nan], "eval": {"after": {"avg@k": inf}}})  # history.json
+    assert strict_loads((tmp_path / "history.json").read_text()) == {"entropy": [0.5, None],
+                                                                      "eval": {"after": {"avg@k": None}}}
+    result = EvalResult("set", {"avg@k": nan, "pass@1": 0.25})  # results.json's per-set part
+    assert strict_loads(result.to_json())["summary"] == {"avg@k": None, "pass@1": 0.25}

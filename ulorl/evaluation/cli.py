@@ -20,6 +20,7 @@ from ulorl.data.loaders import load_source
 from ulorl.errors import ConfigError, check_choice
 from ulorl.evaluation.evaluator import EvalResult, evaluate
 from ulorl.evaluation.reference import reference_means, referenced_rows, score_eval_references
+from ulorl.logging.base import json_text
 from ulorl.reward.cli_args import add_reward_arguments, reward_config_from_args
 
 _DEFAULTS = {f.name: f.default for f in fields(EvalConfig) if f.name != "pass_k"}
@@ -302,7 +303,7 @@ def run_eval(args: argparse.Namespace) -> int:
     out.mkdir(parents=True, exist_ok=True, mode=0o700)  # private, like every run folder
     payload = {"model": path, "datasets": {n: r.to_dict() for n, r in results.items()},
                "cpu_numerics": numerics_report(numerics)}
-    (out / "results.json").write_text(json.dumps(payload, indent=2))
+    (out / "results.json").write_text(json_text(payload, indent=2))
     md = [f"# Evaluation of `{path}`", ""] + [r.to_markdown() for r in results.values()]
     (out / "report.md").write_text("\n".join(md))
     print(f"wrote {out / 'results.json'} and {out / 'report.md'}")

@@ -9,7 +9,6 @@ tokens, EOS included (verl's convention).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
@@ -19,6 +18,7 @@ from ulorl.data.records import PromptRecord
 from ulorl.config.evaluation import EvalConfig
 from ulorl.evaluation.metrics import length_stats, pass_at_k
 from ulorl.evaluation.groups import sample_groups
+from ulorl.logging.base import json_text
 from ulorl.rollout.engines.base import Engine
 
 # (responses, ground_truths, data_sources, extra_infos=[each row's extra_info]) -> rewards; `RewardManager.score`
@@ -42,7 +42,7 @@ class EvalResult:
         return asdict(self)
 
     def to_json(self, indent: int = 2) -> str:
-        return json.dumps(self.to_dict(), indent=indent)
+        return json_text(self.to_dict(), indent=indent)
 
     def to_markdown(self, max_rows: int = 20) -> str:
         """A short report: the summary table, then the per-problem table (first `max_rows` rows)."""

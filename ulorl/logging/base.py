@@ -5,11 +5,12 @@ verl-compatible, see ``docs/metrics.md``) and writes it somewhere. Values may be
 Python numbers, numpy scalars or 0-d tensors; :func:`metric_value` turns them
 into ``int``/``float``. Non-finite values (NaN, +-inf) are kept as floats by
 sinks that understand them (TensorBoard, wandb) and written as ``null`` by the
-JSON sink (JSON has no NaN).
+JSON sink (JSON has no NaN); :func:`json_text` writes the run's JSON reports the same way.
 """
 
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Protocol, runtime_checkable
 
@@ -53,6 +54,24 @@ def json_value(name: str, value: Any) -> int | float | None:
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
+
+
+def finite_or_null(value: Any) -> Any:
+    """`value` (nested dicts, lists and tuples) with every NaN and +-inf float replaced by None."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: finite_or_null(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [finite_or_null(v) for v in value]
+    return value
+
+
+def json_text(value: Any, **kwargs) -> str:
+    """`json.dumps` of `value` as strict JSON: NaN and +-inf written as ``null`` (Python's default writes the bare
+    `NaN` that jq, JavaScript and most JSON readers refuse). For the run's reports (`summary.json`,
+    `history.json`, `results.json`, ...); checkpoints keep Python's floats as they are."""
+    return json.dumps(finite_or_null(value), allow_nan=False, **kwargs)
 
 
 def check_step(step: Any) -> int:

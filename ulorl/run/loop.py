@@ -18,6 +18,7 @@ from collections.abc import Callable
 from tqdm.auto import tqdm
 
 from ulorl.config import PipelineMode, RunConfig
+from ulorl.logging.base import json_text
 from ulorl.rollout.collect import (BatchStalled, Collected, CollectSettings, DropReason, DroppedGroup, RoundLimits,
                                    collect_batch, fill_pool)
 from ulorl.run.checkpoint import atomic_write_text, read_latest
@@ -74,7 +75,7 @@ def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
                 exported = session.run_dir / EXPORT_DIR
                 summary["export_dir"] = str(exported if finished and exported.is_dir() else
                                             export_checkpoint(final, exported))
-        atomic_write_text(session.run_dir / "summary.json", json.dumps(summary, indent=1))  # the folder is locked
+        atomic_write_text(session.run_dir / "summary.json", json_text(summary, indent=1))  # the folder is locked
         return summary
     except KeyboardInterrupt:  # a second signal: stop now, and say what is left
         last = read_latest(session.ckpt_root)[0]

@@ -19,7 +19,6 @@ step/version counters, RNGs, logger and sample-log positions.
 
 from __future__ import annotations
 
-import json
 import os
 import random
 import shutil
@@ -34,6 +33,7 @@ from ulorl.config.logging import default_table_every
 from ulorl.data import PromptRecord, load_prompts
 from ulorl.distributed.placement import Placement, build_placement
 from ulorl.evaluation.reference import referenced_rows
+from ulorl.logging.base import json_text
 from ulorl.models import eos_token_ids, load_tokenizer
 from ulorl.models.loading import positions_short_of
 from ulorl.models.lora import load_policy_model
@@ -281,7 +281,7 @@ def write_history(run_dir: Path, history: dict) -> None:
     """`history.json`, a convenience copy (checkpoints hold the history): replaced whole or left as it was
     (a full disk once left it at 0 bytes), and a failure only warns: it must not mask the run's own error."""
     try:
-        atomic_write_text(run_dir / "history.json", json.dumps(history, indent=1))
+        atomic_write_text(run_dir / "history.json", json_text(history, indent=1))
     except OSError as e:
         say(f"could not write {run_dir / 'history.json'}: {e.strerror or e} (the previous copy is kept)")
 

@@ -11,13 +11,13 @@ With `data.eval: null` the warm start is made and the report's `eval` is null.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from ulorl.config import RunConfig
 from ulorl.data import load_prompts
 from ulorl.evaluation import evaluate
 from ulorl.evaluation.reference import reference_means, referenced_rows, score_eval_references
+from ulorl.logging.base import json_text
 from ulorl.models import eos_token_ids, load_model, load_tokenizer
 from ulorl.reward import RewardManager
 from ulorl.rollout.engines.base import close_engine
@@ -56,7 +56,7 @@ def sft_and_report(cfg: RunConfig, run_dir: str | Path) -> dict:
         report["eval"] = evaluate_model(cfg, str(model_dir), cfg.logging.progress)
     else:
         say("data.eval is null: the warm start is not evaluated")
-    (run_dir / "sft_report.json").write_text(json.dumps(report, indent=1))
+    (run_dir / "sft_report.json").write_text(json_text(report, indent=1))
     return report
 
 

@@ -13,12 +13,12 @@ wrong, all or almost all right, truncated answers, no dynamic sampling).
 
 from __future__ import annotations
 
-import json
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 from ulorl.errors import UlorlError
+from ulorl.logging.base import json_text
 from ulorl.rollout.collect import BatchStalled, RoundsSeen
 from ulorl.run.console import say
 from ulorl.run.samples_log import clip_text
@@ -43,7 +43,7 @@ def stall_error(stalled: BatchStalled, run_dir: Path, decode: Callable[[list[int
     report = {"step": stalled.step, "rounds": stalled.rounds, "idle_rounds": seen.idle_rounds, "why": stalled.why,
               "reward_counts": dict(Counter(str(t.reward) for g, _ in seen.groups for t in g)),
               "problems": problems}
-    path.write_text(json.dumps(report, indent=1, ensure_ascii=False))
+    path.write_text(json_text(report, indent=1, ensure_ascii=False))
     say(f"step {stalled.step} stalled after {stalled.rounds} rollout rounds: {len(problems)} groups completed, "
         f"{sum(p['admitted'] for p in problems)} admitted; rewards seen: {seen.reward_counts()}")
     for p in problems[:SHOWN]:
