@@ -7,7 +7,7 @@ import math
 import pytest
 import torch
 
-from ulorl.evaluation.reference import reference_logprobs, score_reference
+from ulorl.evaluation.reference import reference_logprobs, score_pairs, score_reference
 from ulorl.rollout.engines.base import SamplingParams
 from ulorl.rollout.engines.torch.sampler import sample_tokens
 
@@ -76,3 +76,33 @@ def test_greedy_is_certain_on_the_argmax_path_and_impossible_off_it(model):
 def test_an_empty_reference_is_refused(model):
     with pytest.raises(ValueError, match="non-empty"):
         reference_logprobs(model, [1, 2], [], SamplingParams())
+
+
+@pytest.mark.parametrize("params", [SamplingParams(temperature=0.85, top_p=0.6), SamplingParams(greedy=True)],
+                         ids=["top_p", "greedy"])
+def test_batched_pairs_score_as_one_pair_at_a_time(model, params):
+    g = torch.Generator().manual_seed(1)
+    vocab = model.get_output_embeddings().weight.shape[0]
+    sizes = [(3, 1), (9, 4), (2, 12), (5, 5), (1, 1), (7, 2), (4, 9)]  # (prompt, response) lengths, unsorted
+    pairs = [(torch.randint(3, vocab, (p,), generator=g).tolist(), torch.randint(3, vocab, (r,), generator=g).tolist())
+             for p, r in sizes]
+    with torch.no_grad():  # the greedy path of the second pair: a reference the greedy sampler writes (logprob 0)
+        ids = pairs[1][0][:]
+        for _ in range(4):
+            ids.append(int(model(input_ids=torch.tensor([ids])).logits[0, -1].argmax()))
+    pairs[1] = (pairs[1][0], ids[len(pairs[1][0]):])
+    one = [score_reference(model, p, r, params) for p, r in pairs]
+    done = []
+    model.train()
+    got = score_pairs(model, pairs, params, token_budget=24, chunk=5, progress=done.append)  # padded batches
+    assert model.training  # its mode restored
+    assert sum(done) == len(pairs) and len(done) > 2
+    assert [s.tokens for s in got] == [r for _, r in sizes]
+    for a, b in zip(got, one):
+        assert a.logprob == pytest.approx(b.logprob, rel=1e-5, abs=1e-5)  # -inf == -inf where a token is filtered out
+        assert a.slips == pytest.approx(b.slips, rel=1e-5, abs=1e-5)
+    if params.greedy:
+        assert got[1].logprob == 0.0 and math.isinf(got[0].logprob)
+    assert score_pairs(model, [], params) == []
+    with pytest.raises(ValueError, match="non-empty response"):
+        score_pairs(model, [([1, 2], [3]), ([1], [])], params)

@@ -57,12 +57,13 @@ def test_decide_scores_each_distinct_problem_once(tiny_model_dir, monkeypatch):
     keys = problem_keys(rows)
     assert len(set(keys)) < len(rows)  # the built-in law repeats short problems
     params, eos = SamplingParams(temperature=1.0), eos_token_ids(model, tok)[0]
-    calls = []
-    real = reference.score_reference
-    monkeypatch.setattr(reference, "score_reference", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    scored = []  # the pairs each call scores
+    real = reference.score_pairs
+    monkeypatch.setattr(reference, "score_pairs", lambda model, pairs, *a, **kw: scored.append(len(pairs)) or
+                        real(model, pairs, *a, **kw))
     decided = decide_prefilter(model, tok, rows, params, eos, k=2, seed=0, too_hard=True)
-    assert len(calls) == decided.problems == len(set(keys))
-    monkeypatch.setattr(reference, "score_reference", real)
+    assert scored == [decided.problems] and decided.problems == len(set(keys))
+    monkeypatch.setattr(reference, "score_pairs", real)
     one_by_one = [s.prob for s in reference.score_references(model, tok, rows, params, eos)]
     assert decided.probs == pytest.approx(one_by_one, rel=1e-6)
     fates = prefilter_draws(one_by_one, keys, 2, 0, too_hard=True)

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 import torch
 
 from ulorl.config.evaluation import EvalConfig
+from ulorl.data.batching import bucket_batches
 from ulorl.errors import ConfigError
 from ulorl.rollout.engines.base import SamplingParams
 from ulorl.rollout.engines.torch.sampler import filter_logits
@@ -51,8 +52,14 @@ def reference_logprobs(model: torch.nn.Module, prompt_ids: list[int], response_i
     ids = torch.tensor([list(prompt_ids) + list(response_ids)], dtype=torch.long, device=device)
     hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state[0]  # (P + R, d)
     # the hidden state at position i predicts token i + 1
-    pred = hidden[len(prompt_ids) - 1 : ids.shape[1] - 1]  # (R, d)
-    targets = ids[0, len(prompt_ids):]  # (R,)
+    return _token_logprobs(model, hidden[len(prompt_ids) - 1 : ids.shape[1] - 1], ids[0, len(prompt_ids):], params,
+                           chunk)
+
+
+def _token_logprobs(model: torch.nn.Module, pred: torch.Tensor, targets: torch.Tensor, params: SamplingParams,
+                    chunk: int) -> torch.Tensor:
+    """pred `(N, d)` hidden states, targets `(N,)` the tokens they predict -> `(N,)` float32 log q(target) under
+    the sampler `params`, through the LM head `chunk` rows at a time (a `(chunk, V)` logits block)."""
     head = model.get_output_embeddings()
     out = []
     for lo in range(0, pred.shape[0], chunk):
@@ -82,10 +89,14 @@ class ReferenceScore:
 def score_reference(model: torch.nn.Module, prompt_ids: list[int], response_ids: list[int],
                     params: SamplingParams, chunk: int = 1024) -> ReferenceScore:
     """`reference_logprobs` summed into a `ReferenceScore`."""
-    lp = reference_logprobs(model, prompt_ids, response_ids, params, chunk).double()
+    return _summed(reference_logprobs(model, prompt_ids, response_ids, params, chunk))
+
+
+def _summed(lp: torch.Tensor) -> ReferenceScore:
+    """`(R,)` log q of a reference's tokens -> its `ReferenceScore` (summed in float64)."""
+    lp = lp.double()
     total = float(lp.sum())
-    return ReferenceScore(tokens=len(response_ids), logprob=total, prob=math.exp(total),
-                          slips=float((1.0 - lp.exp()).sum()))
+    return ReferenceScore(tokens=lp.shape[0], logprob=total, prob=math.exp(total), slips=float((1.0 - lp.exp()).sum()))
 
 
 def check_references(records: list, source: str, key: str) -> None:
@@ -105,15 +116,45 @@ def referenced_rows(cfg: EvalConfig, records: list, source: str, key: str) -> li
     return rows
 
 
-def score_pairs(model: torch.nn.Module, pairs, params: SamplingParams) -> list[ReferenceScore]:
-    """`score_reference` of each (prompt ids, response ids) of the iterable `pairs`, with `model` in eval mode (its
-    mode is restored after)."""
+def score_pairs(model: torch.nn.Module, pairs, params: SamplingParams, token_budget: int = 4096,
+                chunk: int = 1024, progress=None) -> list[ReferenceScore]:
+    """`score_reference` of each (prompt ids, response ids) of the iterable `pairs`, in their order, with `model` in
+    eval mode (its mode is restored after); `progress(n)`, if given, is called as each batch of n pairs is done.
+
+    The pairs go through the model in batches (`ulorl.data.batching.bucket_batches`: sorted by length, at most
+    `token_budget` tokens a batch with its padding), one forward each. The batch is padded on the right and needs no
+    attention mask: in a causal model no position reads a later one, so a pair's own positions see only its tokens.
+    The sums equal `score_reference`'s, one pair at a time, up to float rounding (other matrix shapes). On the demo's
+    256 SFT validation problems (`sft.until_p`'s check, 2 Zen 1 cores): 0.48 s instead of 1.78 s, probabilities
+    within 1e-11 of one pair at a time (within 4e-7 with budgets of 1,024 to 8,192 tokens)."""
+    pairs = [(list(p), list(r)) for p, r in pairs]
+    if any(not r for _, r in pairs):
+        raise ValueError("score_pairs needs a non-empty response in every pair")
+    lengths = [len(p) + len(r) for p, r in pairs]
+    device = next(model.parameters()).device
+    scores: list[ReferenceScore | None] = [None] * len(pairs)
     was_training = model.training
     model.eval()
     try:
-        return [score_reference(model, prompt, response, params) for prompt, response in pairs]
+        with torch.no_grad():
+            for batch in bucket_batches(lengths, token_budget, len(pairs)) if pairs else []:
+                ids = torch.zeros((len(batch), max(lengths[i] for i in batch)), dtype=torch.long)
+                rows, cols = [], []  # the positions whose hidden states predict each pair's response tokens
+                for row, i in enumerate(batch):
+                    prompt, response = pairs[i]
+                    ids[row, : lengths[i]] = torch.tensor(prompt + response)
+                    rows += [row] * len(response)
+                    cols += range(len(prompt) - 1, lengths[i] - 1)
+                ids, rows, cols = ids.to(device), torch.tensor(rows, device=device), torch.tensor(cols, device=device)
+                hidden = model.base_model(input_ids=ids, use_cache=False).last_hidden_state  # (B, L, d)
+                lp = _token_logprobs(model, hidden[rows, cols], ids[rows, cols + 1], params, chunk)
+                for i, part in zip(batch, lp.split([len(pairs[i][1]) for i in batch])):
+                    scores[i] = _summed(part)
+                if progress is not None:
+                    progress(len(batch))
     finally:
         model.train(was_training)
+    return scores
 
 
 def score_references(model: torch.nn.Module, tokenizer, records: list, params: SamplingParams, eos_id: int,
@@ -122,9 +163,10 @@ def score_references(model: torch.nn.Module, tokenizer, records: list, params: S
     under `params` by `score_pairs`; `desc` labels the progress bar."""
     from tqdm.auto import tqdm
 
-    pairs = ((rec.prompt_tokens, tokenizer(rec.extra_info["solution"], add_special_tokens=False)["input_ids"]
-              + [eos_id]) for rec in tqdm(records, desc=desc, disable=not progress, leave=False))
-    return score_pairs(model, pairs, params)
+    pairs = [(rec.prompt_tokens, tokenizer(rec.extra_info["solution"], add_special_tokens=False)["input_ids"]
+              + [eos_id]) for rec in records]
+    with tqdm(total=len(pairs), desc=desc, disable=not progress, leave=False) as bar:
+        return score_pairs(model, pairs, params, progress=bar.update)
 
 
 def score_eval_references(model: torch.nn.Module, tokenizer, records: list, cfg: EvalConfig,

@@ -45,6 +45,7 @@ import torch
 from tqdm.auto import tqdm
 
 from ulorl.config import ModelConfig, SFTConfig
+from ulorl.data.batching import bucket_batches
 from ulorl.evaluation.reference import score_pairs
 from ulorl.models import load_model, load_tokenizer
 from ulorl.rollout.engines.base import SamplingParams
@@ -127,19 +128,6 @@ def _batch(seqs, pad_id):
         labels[i, len(p) : n] = torch.tensor(r)
         attn[i, :n] = 1
     return ids, attn, labels
-
-
-def bucket_batches(lengths: list[int], token_budget: int, max_seqs: int) -> list[list[int]]:
-    """Indices grouped by similar length so that `len(batch) * max_len <= token_budget`."""
-    order = sorted(range(len(lengths)), key=lambda i: lengths[i])
-    batches: list[list[int]] = [[]]
-    for i in order:
-        b = batches[-1]
-        if b and ((len(b) + 1) * lengths[i] > token_budget or len(b) >= max_seqs):
-            batches.append([i])
-        else:
-            b.append(i)
-    return batches
 
 
 def lr_at(step: int, cfg: SFTConfig) -> float:
