@@ -125,8 +125,8 @@ def score_pairs(model: torch.nn.Module, pairs, params: SamplingParams, token_bud
     `token_budget` tokens a batch with its padding), one forward each. The batch is padded on the right and needs no
     attention mask: in a causal model no position reads a later one, so a pair's own positions see only its tokens.
     The sums equal `score_reference`'s, one pair at a time, up to float rounding (other matrix shapes). On the demo's
-    256 SFT validation problems (`sft.until_p`'s check, 2 Zen 1 cores): 0.48 s instead of 1.78 s, probabilities
-    within 1e-11 of one pair at a time (within 4e-7 with budgets of 1,024 to 8,192 tokens)."""
+    256 SFT validation problems (`sft.until_p`'s check, 2 Zen 1 cores): 4.4x faster, probabilities within 1e-11 of
+    one pair at a time (within 4e-7 at budgets of 1,024 to 8,192 tokens; `benchmarks/bench_exact_measure.py`)."""
     pairs = [(list(p), list(r)) for p, r in pairs]
     if any(not r for _, r in pairs):
         raise ValueError("score_pairs needs a non-empty response in every pair")
