@@ -144,7 +144,7 @@ def cmd_sft(args) -> int:
     from ulorl.run.lock import RunLock
     from ulorl.run.numerics import apply_cpu_numerics
     from ulorl.run.session import use_train_threads
-    from ulorl.run.sft_report import format_sft_report, sft_and_report
+    from ulorl.run.sft_report import format_sft_report, prepare_sft_dir, sft_and_report
 
     cfg = _load_cfg(args)
     apply_cpu_numerics(cfg.train.cpu_numerics)  # before any tensor operation, as `ulorl train` does
@@ -152,6 +152,7 @@ def cmd_sft(args) -> int:
     use_train_threads(cfg)
     run_dir = make_run_dir(_run_dir(args, "sft"))
     with RunLock.acquire(run_dir):  # one process per folder, as for train
+        prepare_sft_dir(run_dir)
         atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))
         print(f"# resolved config (saved to {run_dir / 'config.yaml'})\n{dump_yaml(cfg)}", flush=True)
         report = sft_and_report(cfg, run_dir)

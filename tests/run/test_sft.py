@@ -150,6 +150,35 @@ def test_sft_without_an_eval_set_saves_the_warm_start_and_says_so(tmp_path, tiny
     assert summary[-1] == f"report: {run / 'sft_report.json'}"
 
 
+def test_a_second_sft_in_a_folder_moves_the_first_aside_and_a_train_runs_folder_is_refused(tmp_path, tiny_model_dir,
+                                                                                               capsys):
+    run = tmp_path / "sft"
+    args = [f"model.path={tiny_model_dir}", "sft.steps=2", "sft.num_examples=8", "data.eval=null",
+            "logging.progress=false"]
+    assert main(["sft", "-o", str(run), *args, "sft.lr=1e-3"]) == 0
+    first = (run / "model" / "model.safetensors").read_bytes()
+    capsys.readouterr()
+    assert main(["sft", "-o", str(run), *args, "sft.lr=2e-3"]) == 0
+    out = capsys.readouterr().out
+    aside = [d for d in run.iterdir() if d.name.startswith("earlier-")]
+    assert len(aside) == 1
+    assert f"starting over: the earlier SFT's model, metrics.jsonl, loss.png, sft_report.json, config.yaml moved to " \
+           f"{aside[0]}" in out
+    assert (aside[0] / "model" / "model.safetensors").read_bytes() == first  # kept, not overwritten
+    assert "lr: 0.001" in (aside[0] / "config.yaml").read_text() and "lr: 0.002" in (run / "config.yaml").read_text()
+    assert (run / "model" / "model.safetensors").read_bytes() != first
+    # a `ulorl train` run's folder: refused before anything is written or moved
+    train_run = tmp_path / "train"
+    (train_run / "checkpoints").mkdir(parents=True)
+    (train_run / "metrics.jsonl").write_text("{}\n")
+    assert main(["sft", "-o", str(train_run), *args]) == 2
+    err = capsys.readouterr().err
+    assert f"ulorl sft: error: {train_run} holds a `ulorl train` run (checkpoints): an SFT there would overwrite its " \
+           "config.yaml and metrics.jsonl; choose another --output-dir" in err
+    assert sorted(p.name for p in train_run.iterdir() if p.name != ".lock") == ["checkpoints", "metrics.jsonl"]
+    assert (train_run / "metrics.jsonl").read_text() == "{}\n"
+
+
 def test_sft_report_has_the_exact_measure_with_eval_reference(tmp_path, tiny_model_dir, capsys):
     # avg@k samples 2 held-out problems, the exact measure scores 3 (eval.reference_problems)
     run = tmp_path / "sft"

@@ -160,9 +160,10 @@ RUN_OUTPUTS = ("checkpoints", "samples.jsonl", "metrics.jsonl", "metrics.jsonl.b
                "summary.json", "config.yaml", "tensorboard", "export", PREFILTER_FILE)
 
 
-def set_aside_earlier_run(run_dir: Path) -> Path | None:
-    """Move an earlier run's outputs into `run_dir/earlier-<time>/`; returns that folder (None: nothing there)."""
-    present = [run_dir / n for n in RUN_OUTPUTS if (run_dir / n).exists()]
+def set_aside_earlier_run(run_dir: Path, outputs: tuple[str, ...] = RUN_OUTPUTS, what: str = "run") -> Path | None:
+    """Move an earlier `what`'s `outputs` (a training run's by default) into `run_dir/earlier-<time>/`; returns that
+    folder (None: nothing there)."""
+    present = [run_dir / n for n in outputs if (run_dir / n).exists()]
     if not present:
         return None
     aside = run_dir / f"earlier-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -172,7 +173,7 @@ def set_aside_earlier_run(run_dir: Path) -> Path | None:
     aside.mkdir(mode=0o700)
     for p in present:
         os.replace(p, aside / p.name)
-    say(f"starting over: the earlier run's {', '.join(p.name for p in present)} moved to {aside}")
+    say(f"starting over: the earlier {what}'s {', '.join(p.name for p in present)} moved to {aside}")
     return aside
 
 

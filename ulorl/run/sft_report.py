@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ulorl.config import RunConfig
 from ulorl.data import load_prompts
+from ulorl.errors import UlorlError
 from ulorl.evaluation import evaluate
 from ulorl.evaluation.reference import reference_means, referenced_rows, score_eval_references
 from ulorl.logging.base import json_text
@@ -23,7 +24,24 @@ from ulorl.reward import RewardManager
 from ulorl.rollout.engines.base import close_engine
 from ulorl.rollout.engines.registry import build_engine
 from ulorl.run.console import say
+from ulorl.run.session import set_aside_earlier_run
 from ulorl.run.sft import run_sft, sft_outcome
+
+
+# what `ulorl sft` writes into its folder (`cmd_sft`: config.yaml; `run_sft`: the rest)
+SFT_OUTPUTS = ("model", "metrics.jsonl", "loss.png", "sft_report.json", "config.yaml")
+# what only a `ulorl train` run leaves in its folder
+TRAIN_OUTPUTS = ("checkpoints", "summary.json", "samples.jsonl")
+
+
+def prepare_sft_dir(run_dir: Path) -> None:
+    """Make `run_dir` ready for a `ulorl sft`: an earlier SFT's outputs are moved aside (never overwritten), and a
+    folder that holds a `ulorl train` run is refused (the SFT would overwrite its config.yaml and metrics.jsonl)."""
+    train_run = [n for n in TRAIN_OUTPUTS if (run_dir / n).exists()]
+    if train_run:
+        raise UlorlError(f"{run_dir} holds a `ulorl train` run ({', '.join(train_run)}): an SFT there would "
+                         f"overwrite its config.yaml and metrics.jsonl; choose another --output-dir")
+    set_aside_earlier_run(run_dir, SFT_OUTPUTS, "SFT")
 
 
 def evaluate_model(cfg: RunConfig, model_path: str, progress: bool = True) -> dict:
