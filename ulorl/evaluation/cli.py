@@ -6,6 +6,7 @@ import argparse
 import json
 import os
 import re
+import time
 from dataclasses import fields
 from pathlib import Path
 
@@ -39,7 +40,9 @@ def add_eval_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("--data", nargs="+", default=None,
                         help="one or more sources: builtin:chain, .parquet, .jsonl or save_to_disk folders "
                         "(default: data.eval of --config, drawn as its data section says, else builtin:chain)")
-    parser.add_argument("--output", "-o", default="runs/eval", help="folder for results.json and report.md")
+    parser.add_argument("--output", "-o", default=None,
+                        help="folder for results.json and report.md (default: runs/eval-<timestamp>); an earlier "
+                             "evaluation's files there are moved into earlier-<time>/")
     # the evaluation protocol: each flag left out comes from --config's eval section, else the paper's default
     parser.add_argument("--k", type=int, default=None, help=f"samples per problem (default {_DEFAULTS['k']}, "
                         "the paper's)")
@@ -250,6 +253,17 @@ def context_warning(path, sets: dict[str, list], max_new_tokens: int) -> str | N
             "positions beyond it are extrapolated")
 
 
+EVAL_OUTPUTS = ("results.json", "report.md")  # what `ulorl eval` writes into its folder
+
+
+def output_dir(args: argparse.Namespace) -> Path:
+    """`--output`, else `runs/eval-<timestamp>`, created private (0700) as every run folder; an `OSError` naming it
+    when it is a file, lies under one or cannot be written."""
+    from ulorl.run.checkpoint import make_run_dir
+
+    return make_run_dir(args.output or Path("runs") / f"eval-{time.strftime('%Y%m%d-%H%M%S')}")
+
+
 def run_eval(args: argparse.Namespace) -> int:
     """Evaluate `args.model` on every `args.data` source; write results.json and report.md."""
     from ulorl.models import eos_token_ids, load_model, load_tokenizer
@@ -258,6 +272,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from ulorl.rollout.engines.base import close_engine
     from ulorl.rollout.engines.registry import build_engine
     from ulorl.run.numerics import apply_cpu_numerics, numerics_report
+    from ulorl.run.session import set_aside_earlier_run
 
     numerics = cpu_numerics(args)
     apply_cpu_numerics(numerics)  # before any tensor operation, as `ulorl train` does
@@ -284,6 +299,7 @@ def run_eval(args: argparse.Namespace) -> int:
               f"`eval:` settings and held-out set; add --config {run_config} to score it the same way (flags "
               "still win)")
     model = load_model(path, dtype=args.dtype, trust_remote_code=args.trust_remote_code, device=args.device)
+    out = output_dir(args)  # once the model and data load; an unusable folder fails before the evaluation
     engine = build_engine(_engine_name(args), model, tokenizer, eos_token_ids(model, tokenizer),
                           max_batch=cfg.batch_size, model_path=path, seed=cfg.seed, torch=torch_options(args))
     results: dict[str, EvalResult] = {}
@@ -299,8 +315,7 @@ def run_eval(args: argparse.Namespace) -> int:
                     f" truncation_rate={s['truncation_rate']:.3f} mean_length={s['response_length/mean']:.1f}")
     finally:
         close_engine(engine)
-    out = Path(args.output)
-    out.mkdir(parents=True, exist_ok=True, mode=0o700)  # private, like every run folder
+    set_aside_earlier_run(out, EVAL_OUTPUTS, "evaluation")
     payload = {"model": path, "datasets": {n: r.to_dict() for n, r in results.items()},
                "cpu_numerics": numerics_report(numerics)}
     (out / "results.json").write_text(json_text(payload, indent=2))
