@@ -137,7 +137,7 @@ def score_pairs(model: torch.nn.Module, pairs, params: SamplingParams, token_bud
     model.eval()
     try:
         with torch.no_grad():
-            for batch in bucket_batches(lengths, token_budget, len(pairs)) if pairs else []:
+            for batch in bucket_batches(lengths, token_budget, len(pairs)):
                 ids = torch.zeros((len(batch), max(lengths[i] for i in batch)), dtype=torch.long)
                 rows, cols = [], []  # the positions whose hidden states predict each pair's response tokens
                 for row, i in enumerate(batch):
