@@ -50,10 +50,7 @@ def metric_value(name: str, value: Any) -> int | float:
 
 def json_value(name: str, value: Any) -> int | float | None:
     """Like :func:`metric_value`, but NaN and +-inf become ``None`` (JSON ``null``)."""
-    v = metric_value(name, value)
-    if isinstance(v, float) and not math.isfinite(v):
-        return None
-    return v
+    return finite_or_null(metric_value(name, value))
 
 
 def finite_or_null(value: Any) -> Any:
