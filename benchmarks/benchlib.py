@@ -6,13 +6,13 @@ object (indented) to a file.
 
 from __future__ import annotations
 
-import json
 import os
 import platform
 from pathlib import Path
 
 import torch
 
+from ulorl.logging.base import json_text
 from ulorl.run.numerics import cpu_model_id
 
 
@@ -45,15 +45,15 @@ def machine(load_before: tuple[float, float, float] | None = None) -> dict:
 
 
 def write_result(result: dict, out: str | os.PathLike | None) -> None:
-    """Write `result` to `out` as indented JSON (nothing when `out` is None)."""
+    """Write `result` to `out` as indented strict JSON, NaN and +-inf as null (nothing when `out` is None)."""
     if out:
-        Path(out).write_text(json.dumps(result, indent=1))
+        Path(out).write_text(json_text(result, indent=1))
 
 
 def emit(result: dict, out: str | os.PathLike | None = None) -> int:
     """`write_result`, then the one-line JSON on stdout; returns the exit code 0."""
     write_result(result, out)
-    print(json.dumps(result))
+    print(json_text(result))
     return 0
 
 

@@ -28,6 +28,7 @@ from pathlib import Path
 from matplotlib.figure import Figure
 
 from benchlib import emit
+from ulorl.evaluation.metrics import paired_difference
 
 # reference answer length in tokens with EOS (6n + 9 for odometer), half-open [lo, hi)
 TOKEN_BUCKETS = ((0, 256), (256, 1024), (1024, 2048), (2048, 4097))
@@ -87,7 +88,8 @@ def trained_long_answers(run: Path, sizes: list[int]) -> dict:
 
 def accuracy_by_length(sizes: list[int], correct: dict[str, list[int]], k: int) -> list[dict]:
     """Per answer-length bucket (and for answers of >= LONG_TOKENS): problems, avg@k before/after with their
-    SEs, and the paired change with its SE and z."""
+    SEs, and the paired change (`paired_difference`) with its SE, z (None where se = 0) and the problems that
+    got better and worse."""
     out = []
     groups = [(f"{lo}-{hi - 1}", lambda t, lo=lo, hi=hi: lo <= t < hi) for lo, hi in TOKEN_BUCKETS]
     groups.append((f">={LONG_TOKENS}", lambda t: t >= LONG_TOKENS))
@@ -101,8 +103,12 @@ def accuracy_by_length(sizes: list[int], correct: dict[str, list[int]], k: int) 
             if label in correct:
                 row[label], row[f"se_{label}"] = _mean_se([correct[label][i] / k for i in idx])
         if "before" in correct and "after" in correct:
-            row["change"], row["se"] = _mean_se([(correct["after"][i] - correct["before"][i]) / k for i in idx])
-            row["z"] = row["change"] / row["se"] if row["se"] else float("nan")
+            before, after = [correct["before"][i] for i in idx], [correct["after"][i] for i in idx]
+            if len(idx) >= 2:
+                d = paired_difference(before, after, k)
+                row.update(change=d["delta"], se=d["se"], z=d["z"], better=d["better"], worse=d["worse"])
+            else:  # one problem: a change, but no standard error
+                row.update(change=(after[0] - before[0]) / k, se=None, z=None)
         out.append(row)
     return out
 

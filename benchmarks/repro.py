@@ -30,6 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 from ulorl.evaluation.metrics import paired_difference
+from ulorl.logging.base import json_text
 
 
 @dataclass(frozen=True)
@@ -204,7 +205,7 @@ def report(exps: list[Experiment], args) -> dict:
         path = ROOT / "docs" / "repro_results.json"
         old = json.loads(path.read_text()) if path.exists() else {"runs": {}, "pois_bias": {}}
         merged = {**result, "runs": {**old["runs"], **result["runs"]}, "pois_bias": {**old["pois_bias"], **bias}}
-        path.write_text(json.dumps(merged, indent=1))
+        path.write_text(json_text(merged, indent=1))
     return result
 
 

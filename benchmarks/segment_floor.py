@@ -36,6 +36,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from ulorl.logging.base import json_text  # noqa: E402
 from ulorl.plan.cost import CostModel  # noqa: E402
 from ulorl.plan.lengths import parse_lengths  # noqa: E402
 from ulorl.plan.memory import ModelShape, kv_cache_bytes  # noqa: E402
@@ -117,7 +118,7 @@ def main() -> int:
             print(f"  {name:>17}: " + "  ".join(f"M={m} {min(sp[str(m)]):.2f}-{max(sp[str(m)]):.2f}x"
                                                  for m in SEGMENTS[1:]))
     if args.out:
-        Path(args.out).write_text(json.dumps(out, indent=1) + "\n")
+        Path(args.out).write_text(json_text(out, indent=1) + "\n")
     return 0
 
 
