@@ -180,7 +180,7 @@ def test_show_skips_malformed_lines_with_a_count_naming_the_first(tmp_path, caps
     text = capsys.readouterr().out
     assert rc == 0
     assert f"skipped 3 malformed line(s) of {path} (first: {path}:2: a JSON list, not an object)" in text
-    assert "step 1: 1 samples in 1 groups" in text and "g0/1" not in text
+    assert "step 1: 1 sample in 1 group (" in text and "g0/1" not in text
 
 
 def test_show_skips_a_line_over_the_limit_without_reading_it_whole(tmp_path, monkeypatch):

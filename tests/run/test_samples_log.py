@@ -68,7 +68,9 @@ def test_ulorl_show_prints_a_step(tmp_path, capsys):
     assert main(["show", run, "--step", "2"]) == 0
     out = capsys.readouterr().out
     step2 = [r for r in recs if r["step"] == 2]
-    assert out.startswith(f"step 2: {len(step2)} samples in {len({r['group_id'] for r in step2})} groups")
+    n_groups = len({r["group_id"] for r in step2})
+    groups = f"{n_groups} group{'s' * (n_groups > 1)}"
+    assert len(step2) > 1 and out.startswith(f"step 2: {len(step2)} samples in {groups} (")
     for r in step2:
         assert f"{r['sample_id']}  reward {r['reward']:.3f}  length {r['response_length']}" in out
         assert f"segments {r['num_segments']} (versions {','.join(map(str, r['versions']))})" in out

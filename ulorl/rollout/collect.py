@@ -38,6 +38,7 @@ from typing import Protocol
 import torch
 
 from ulorl.algo import dynamic_sampling as dynamic_sampling_mask
+from ulorl.data.records import counted
 from ulorl.rollout.pools import ExperiencePool, UnfinishedPool
 from ulorl.rollout.segment import SegmentRollout
 from ulorl.trajectory import Trajectory
@@ -146,7 +147,7 @@ def _fill(rollout: SegmentRollout, unfinished: UnfinishedPool, experience: Exper
         if counts["rounds"] >= limits.max_rounds or seen.idle_rounds >= limits.max_idle_rounds:
             why = (f"no group admitted in {seen.idle_rounds} rollout rounds in a row (train.max_stall_rounds="
                    f"{limits.max_idle_rounds})" if seen.idle_rounds >= limits.max_idle_rounds else
-                   f"no full batch of {n_groups} groups after {counts['rounds']} rollout rounds "
+                   f"no full batch of {counted(n_groups, 'group')} after {counts['rounds']} rollout rounds "
                    f"(train.max_rounds_per_step={limits.max_rounds})")
             raise BatchStalled(why, settings.step + 1, counts["rounds"], seen, out.dropped)
         tg = time.time()

@@ -17,6 +17,7 @@ import textwrap
 from pathlib import Path
 
 from ulorl.data.formats import check_regular_file
+from ulorl.data.records import counted
 from ulorl.errors import UlorlError
 from ulorl.run.samples_log import clip_text
 
@@ -131,7 +132,7 @@ def format_step(records: list[dict], step: int, status: str = "all", limit: int 
     counts: dict[str, int] = {}
     for r in rows:
         counts[r["status"]] = counts.get(r["status"], 0) + 1
-    lines = [f"step {step}: {len(rows)} samples in {len(groups)} groups (" +
+    lines = [f"step {step}: {counted(len(rows), 'sample')} in {counted(len(groups), 'group')} (" +
              ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ")"]
     shown = list(groups.items())[: limit or None]
     for gid, members in shown:
@@ -188,3 +189,4 @@ def run_show(args: argparse.Namespace) -> int:
     step = args.step if args.step is not None else steps[-1]
     print(format_step(records, step, args.status, args.limit, args.chars))
     return 0
+

@@ -17,6 +17,7 @@ from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
+from ulorl.data.records import counted
 from ulorl.errors import UlorlError
 from ulorl.logging.base import json_text
 from ulorl.rollout.collect import BatchStalled, RoundsSeen
@@ -44,8 +45,8 @@ def stall_error(stalled: BatchStalled, run_dir: Path, decode: Callable[[list[int
               "reward_counts": dict(Counter(str(t.reward) for g, _ in seen.groups for t in g)),
               "problems": problems}
     path.write_text(json_text(report, indent=1, ensure_ascii=False))
-    say(f"step {stalled.step} stalled after {stalled.rounds} rollout rounds: {len(problems)} groups completed, "
-        f"{sum(p['admitted'] for p in problems)} admitted; rewards seen: {seen.reward_counts()}")
+    say(f"step {stalled.step} stalled after {stalled.rounds} rollout rounds: {counted(len(problems), 'group')} "
+        f"completed, {sum(p['admitted'] for p in problems)} admitted; rewards seen: {seen.reward_counts()}")
     for p in problems[:SHOWN]:
         say(f"  prompt {p['prompt_id']} ({p['data_source']}), ground truth {p['ground_truth']!r}, rewards "
             f"{p['rewards']}: {clip_text(' '.join(p['response'].split()), 120)!r}")
