@@ -180,13 +180,31 @@ def _table(header: list[str], rows: list[list[str]]) -> list[str]:
     return ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)] + ["| " + " | ".join(r) + " |" for r in rows]
 
 
+def path_name(d: dict) -> str:
+    """A `decode_paths` entry's name; checks before 2026-12-06 recorded none, so it is made from the attention and
+    whether its steps replayed CUDA graphs, as the check names them now ("flex+graphs", "split_k")."""
+    if "path" in d:
+        return d["path"]
+    return d.get("decode_attention", "?") + ("+graphs" if d.get("graphs") == "cuda" else "")
+
+
+def block_size_used(p: dict) -> str:
+    """The KV block size the check ran on after the side-by-side; checks before 2026-12-06 recorded it only per
+    path, so it is the first measured path's of the attention used."""
+    if "block_size_used" in p:
+        return str(p["block_size_used"])
+    used = p.get("decode_attention_used")
+    return next((str(d["block_size"]) for d in p.get("decode_paths", [])
+                 if d.get("decode_attention") == used and "block_size" in d and "ms_per_iteration" in d), "-")
+
+
 def report(name: str, p: dict) -> str:
     """One run's markdown."""
     bw = p.get("bandwidth", {}).get("bytes_per_s")
     lines = [f"## {name}: {p.get('device', '?')}, torch {p.get('torch', '?')}"
              + (" (a dry run: tiny shapes)" if p.get("quick") else ""), "",
              f"Bandwidth {bw / 1e12:.2f} TB/s; decode path {p.get('decode_attention_used', '-')} (blocks of "
-             f"{p.get('block_size_used', '-')}); {p.get('elapsed_s', 0):.0f} s." if bw else "No bandwidth figure.", ""]
+             f"{block_size_used(p)}); {p.get('elapsed_s', 0):.0f} s." if bw else "No bandwidth figure.", ""]
     lines += ["### Issue 26's targets", ""]
     lines += _table(["target", "measured", "verdict"], [[t, m, verdict(ok)] for t, m, ok in targets(p)])
     if p.get("skipped"):
@@ -247,7 +265,7 @@ def report(name: str, p: dict) -> str:
     if paths:
         lines += ["", "### Decode paths side by side", ""]
         lines += _table(["path", "ms per iteration", "over floor"],
-                        [[d.get("path", d.get("decode_attention", "?")),
+                        [[path_name(d),
                           f"{d['ms_per_iteration']:.2f}" if "ms_per_iteration" in d else
                           f"error: {str(d.get('error', d.get('skipped', '?')))[:100]}",
                           f"{d['over_floor']:.2f}x" if "over_floor" in d else "-"] for d in paths])

@@ -113,7 +113,11 @@ def test_the_first_h200_runs_read_not_measured_where_they_stopped(tmp_path, caps
     assert report.main([str(path), "--out", str(tmp_path / "r.md")]) == 0
     out = (tmp_path / "r.md").read_text()
     assert out.strip() and out.strip() in capsys.readouterr().out  # printed, and written
-    assert "| 1 | 2.572 |" in out and "flex | 17.70 | 2.63x" in out
+    assert "| 1 | 2.572 |" in out and "| flex+graphs | 17.70 | 2.63x |" in out
+    # run_1's side-by-side, named as the check names its paths now; the block size from the paths
+    assert "| flex+graphs | 17.73 | 2.73x |" in out and "| flex | 21.85 | 3.36x |" in out
+    assert "| gather+graphs | 146.96 |" in out and "| split_k | 98.09 |" in out
+    assert out.count("decode path flex (blocks of 64)") == 2
 
 
 def test_bad_input_names_the_file(tmp_path, capsys):
