@@ -83,3 +83,38 @@ def test_export_command_writes_the_chosen_step(eos_model_dir, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no checkpoint of step 7 (the run keeps steps 1, 2)" in err[0], err
     assert json.loads((run / "summary.json").read_text())["steps"] == 2
+
+
+def test_export_never_replaces_a_folder_it_did_not_write(eos_model_dir, tmp_path, capsys):
+    """An export replaces its output folder whole, so a folder that holds anything else (a working directory, the
+    run folder) is refused before any work, with the folder and what it holds named; so is a checkpoint's model
+    folder (its manifest lists the files). An earlier export and an empty folder are replaced. `--step N` without
+    `-o` writes RUN/export-step_<N>, leaving the run's final export as it was."""
+    run = tmp_path / "run"
+    train(load_run_config(None, run_overrides(eos_model_dir, "checkpoint.keep=2")), run)
+    final = {p.name: p.read_bytes() for p in (run / "export").iterdir()}
+    mine = tmp_path / "mine"
+    mine.mkdir()
+    (mine / "notes.txt").write_text("precious")
+    (mine / "model.safetensors").write_bytes(b"x")
+    ckpt_model = run / "checkpoints" / "step_000002" / "model"
+    ckpt_files = {p.name: p.read_bytes() for p in ckpt_model.iterdir()}
+    for out, says in ((mine, f"{mine}: holds what an export does not write (notes.txt)"),
+                      (run, "checkpoints/, config.yaml, export/ and "),
+                      (ckpt_model, f"inside the checkpoint {run / 'checkpoints' / 'step_000002'}"),
+                      (mine / "notes.txt", "a file, not a folder")):
+        assert main(["export", str(run), "-o", str(out)]) == 2
+        err = capsys.readouterr().err.strip().splitlines()
+        assert len(err) == 1 and says in err[0], err
+    assert (mine / "notes.txt").read_text() == "precious" and (run / "checkpoints").is_dir()
+    assert {p.name: p.read_bytes() for p in ckpt_model.iterdir()} == ckpt_files
+
+    assert main(["export", str(run), "--step", "1"]) == 0  # its own folder, beside the run's final export
+    assert f"exported step_000001 to {run / 'export-step_000001'} (" in capsys.readouterr().out
+    assert {p.name: p.read_bytes() for p in (run / "export").iterdir()} == final
+    assert (run / "export-step_000001" / "model.safetensors").read_bytes() != final["model.safetensors"]
+    assert main(["export", str(run), "-o", str(run / "export-step_000001")]) == 0  # an earlier export: replaced
+    assert (run / "export-step_000001" / "model.safetensors").read_bytes() == final["model.safetensors"]
+    (tmp_path / "empty").mkdir()
+    assert main(["export", str(run), "-o", str(tmp_path / "empty")]) == 0
+    assert (tmp_path / "empty" / "config.json").is_file()

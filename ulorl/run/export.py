@@ -7,22 +7,55 @@ lists every id the run's engine stopped at). LoRA adapters are merged into the w
 
 The source is a verified checkpoint (the newest committed one, or `--step N`), so an export never reads a
 half-written state; a run exports its last checkpoint at the end when `checkpoint.export` is on (default),
-into `RUN/export/`. The folder is written under a temporary name and renamed (an existing export is replaced
-whole).
+into `RUN/export/`; `ulorl export RUN --step N` writes `RUN/export-step_<N>/`, leaving the run's own export as
+it is. The folder is written under a temporary name and renamed: an existing export is replaced whole, and a
+folder holding anything an export does not write (a run folder, notes, subfolders) is refused before any work,
+so `-o .` cannot delete a working directory.
 """
 
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shutil
 from pathlib import Path
 
+from ulorl.errors import UlorlError
 from ulorl.run.checkpoint import CHECKPOINTS, CheckpointError, find_resumable, step_dir, verify_checkpoint
 from ulorl.run.checkpoint.store import checkpoint_dirs
 
 EXPORT_DIR = "export"
+# what `save_pretrained` of a model and its tokenizer writes (any transformers version, sharded or not): the only
+# files an existing output folder may hold for an export to replace it
+EXPORT_FILES = ("config.json", "generation_config.json", "*.safetensors", "*.safetensors.index.json", "tokenizer*",
+                "special_tokens_map.json", "added_tokens.json", "chat_template.*", "vocab.*", "merges.txt", "*.model")
+
+
+class ExportError(UlorlError, ValueError):
+    """An output folder that an export must not replace (the message names it and what it holds)."""
+
+
+def check_export_target(out: str | Path) -> None:
+    """Refuse `out` unless it is absent, an empty folder, or an earlier export (only `EXPORT_FILES`), and not inside
+    a checkpoint (whose manifest lists its model's files): an export replaces its folder whole."""
+    out = Path(out)
+    inside = next((q for q in Path(os.path.abspath(out)).parents if (q / "MANIFEST.json").is_file()), None)
+    if inside is not None:
+        raise ExportError(f"{out}: inside the checkpoint {inside}, which an export must not change; give a folder "
+                          "outside it")
+    if not out.exists() and not out.is_symlink():
+        return
+    if out.is_symlink() or not out.is_dir():
+        raise ExportError(f"{out}: {'a link' if out.is_symlink() else 'a file'}, not a folder; give a new folder "
+                          "for the export")
+    foreign = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir() if p.is_dir() or p.is_symlink()
+                     or not any(fnmatch.fnmatch(p.name, g) for g in EXPORT_FILES))
+    if foreign:
+        shown = ", ".join(foreign[:4]) + (f" and {len(foreign) - 4} more" if len(foreign) > 4 else "")
+        raise ExportError(f"{out}: holds what an export does not write ({shown}); an export replaces its folder "
+                          "whole, so give a new or empty folder, or an earlier export")
 
 
 def checkpoint_of(run_dir: str | Path, step: int | None = None) -> Path:
@@ -44,8 +77,8 @@ def checkpoint_of(run_dir: str | Path, step: int | None = None) -> Path:
             raise CheckpointError(f"{run_dir}: a `ulorl sft` run, whose model is already a plain Hugging Face "
                                   f"folder: {model}")
     if path is None:
-        raise CheckpointError(f"{run_dir}: no complete checkpoint to export" + (f" ({'; '.join(notes)})" if notes
-                                                                               else " (is it a ulorl train run folder?)"))
+        why = f"{'; '.join(notes)}" if notes else "is it a ulorl train run folder?"
+        raise CheckpointError(f"{run_dir}: no complete checkpoint to export ({why})")
     return path
 
 
@@ -56,6 +89,7 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
     from ulorl.models.lora import load_policy_model, merged_model
 
     checkpoint, out = Path(checkpoint), Path(out_dir)
+    check_export_target(out)
     saved = json.loads((checkpoint / "state.json").read_text()).get("config", {}).get("model", {})
     m = ModelConfig(dtype=saved.get("dtype", "float32"), trust_remote_code=bool(saved.get("trust_remote_code")))
     folder = checkpoint / "model"
@@ -81,15 +115,18 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
 def add_export_arguments(p: argparse.ArgumentParser) -> None:
     p.add_argument("run", help="a `ulorl train` run folder")
     p.add_argument("--step", type=int, default=None, help="the checkpoint of step N (default: the newest complete one)")
-    p.add_argument("--output", "-o", default=None, help="the folder to write (default: RUN/export)")
+    p.add_argument("--output", "-o", default=None, help="the folder to write, new or an earlier export (default: "
+                   "RUN/export; with --step N, RUN/export-step_<N>)")
 
 
 def run_export(args) -> int:
-    """`ulorl export`: the run's checkpoint (`checkpoint_of`) into `--output` (default `RUN/export`)."""
+    """`ulorl export`: the run's checkpoint (`checkpoint_of`) into `--output` (default `RUN/export`, or
+    `RUN/export-step_<N>` for `--step N`, so that an earlier step never replaces the run's final export)."""
     from ulorl.models.lora import adapter_base
 
     checkpoint = checkpoint_of(args.run, args.step)
-    out = export_checkpoint(checkpoint, args.output or Path(args.run) / EXPORT_DIR)
+    default = EXPORT_DIR if args.step is None else f"{EXPORT_DIR}-{checkpoint.name}"
+    out = export_checkpoint(checkpoint, args.output or Path(args.run) / default)
     # an adapter folder, as `load_policy_model` tells one when it rebuilds the policy that was just merged
     merged = "; LoRA adapters merged" if adapter_base(checkpoint / "model") is not None else ""
     print(f"exported {checkpoint.name} to {out} (config.json, model.safetensors, tokenizer, generation_config.json"
