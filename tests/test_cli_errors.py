@@ -193,6 +193,9 @@ CLEAN_CASES = {
     "--output naming a folder that ends in .jsonl": (lambda t: ["--input", _jsonl(t, GOOD), "--output",
                                                                 str(_mkdir(t / "out.jsonl"))],
                                                      ["out.jsonl", "existing folder"]),
+    "--output naming a folder that holds other files": (
+        lambda t: ["--input", _jsonl(t, GOOD), "--output", str(t)],  # datasets would write its files among them
+        ["not a save_to_disk dataset", "(it holds in.jsonl)"]),
 }
 
 
@@ -216,6 +219,20 @@ def test_clean_bad_on_bad_row_is_a_usage_error(tmp_path, capsys):
     rc, err = run(["clean", "--input", _jsonl(tmp_path, GOOD), "--output", str(tmp_path / "o.jsonl"),
                    "--on-bad-row", "maybe"], capsys)
     assert rc == 2 and "Traceback" not in err and "--on-bad-row: invalid choice: 'maybe'" in err
+
+
+def test_clean_writes_save_to_disk_into_an_empty_or_earlier_output_folder(tmp_path, capsys):
+    """An existing folder output is a save_to_disk dataset: an empty folder, or one an earlier clean wrote (its
+    data-*.arrow, dataset_info.json and state.json), is written; the rows read back."""
+    pytest.importorskip("datasets")
+    import datasets
+
+    src = _jsonl(tmp_path, GOOD + '{"prompt": "What is 2+2?", "answer": "4"}\n')
+    (tmp_path / "out").mkdir()
+    for _ in range(2):  # the second: over the first clean's output
+        rc, err = run(["clean", "--input", src, "--output", str(tmp_path / "out")], capsys)
+        assert rc == 0, err
+        assert datasets.load_from_disk(str(tmp_path / "out"))["answer"] == ["2", "4"]
 
 
 def test_clean_binary_parquet_prompt_is_written_as_text(tmp_path, capsys):

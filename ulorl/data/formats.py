@@ -9,6 +9,7 @@ shards are Arrow IPC streams), so `datasets` is not needed at run time.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import math
 import os
@@ -44,15 +45,31 @@ def detect_storage(path: str | Path, format_hint: str = "set data.format explici
                     f"file or a datasets.save_to_disk folder (or {format_hint})")
 
 
+SAVE_TO_DISK_FILES = ("data-*.arrow", "dataset_info.json", "state.json")  # what `Dataset.save_to_disk` writes
+
+
 def output_storage(path: str | Path) -> Storage:
-    """The storage of an output path, by its name; an existing folder may only be a save_to_disk output."""
+    """The storage of an output path, by its name; an existing folder may only be empty or an earlier save_to_disk
+    output (`SAVE_TO_DISK_FILES` only): datasets writes its files among whatever a folder holds."""
     p = Path(path)
     if p.suffix.lower() in _SUFFIXES:
         if p.is_dir():
             raise DataError(f"{path}: is an existing folder, but its name says {_SUFFIXES[p.suffix.lower()].value}; "
                             "give a file name, or a folder name without an extension for save_to_disk")
         return _SUFFIXES[p.suffix.lower()]
+    if p.is_dir() and (foreign := entries_besides(p, SAVE_TO_DISK_FILES)):
+        raise DataError(f"{path}: an existing folder that is not a save_to_disk dataset (it holds {foreign}); give "
+                        "a new or empty folder, or a file name ending .jsonl or .parquet")
     return detect_storage(p, "name the output .jsonl or .parquet")
+
+
+def entries_besides(folder: Path, patterns: tuple[str, ...], shown: int = 4) -> str:
+    """What `folder` holds besides files named by `patterns` (fnmatch), sorted, folders and links included, as text
+    for an error ("notes.txt, runs/ and 3 more"); "" when nothing else. An output folder that a writer replaces
+    or fills may hold only what that writer writes."""
+    names = sorted(e.name + ("/" if e.is_dir() else "") for e in folder.iterdir()
+                   if e.is_dir() or e.is_symlink() or not any(fnmatch.fnmatch(e.name, g) for g in patterns))
+    return ", ".join(names[:shown]) + (f" and {len(names) - shown} more" if len(names) > shown else "")
 
 
 MAX_LINE_BYTES = 64 * 2**20  # a JSONL line longer than this is a bad row, not a prompt

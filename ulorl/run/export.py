@@ -16,12 +16,12 @@ so `-o .` cannot delete a working directory.
 from __future__ import annotations
 
 import argparse
-import fnmatch
 import json
 import os
 import shutil
 from pathlib import Path
 
+from ulorl.data.formats import entries_besides
 from ulorl.errors import UlorlError
 from ulorl.run.checkpoint import CHECKPOINTS, CheckpointError, find_resumable, step_dir, verify_checkpoint
 from ulorl.run.checkpoint.store import checkpoint_dirs
@@ -50,11 +50,8 @@ def check_export_target(out: str | Path) -> None:
     if out.is_symlink() or not out.is_dir():
         raise ExportError(f"{out}: {'a link' if out.is_symlink() else 'a file'}, not a folder; give a new folder "
                           "for the export")
-    foreign = sorted(p.name + ("/" if p.is_dir() else "") for p in out.iterdir() if p.is_dir() or p.is_symlink()
-                     or not any(fnmatch.fnmatch(p.name, g) for g in EXPORT_FILES))
-    if foreign:
-        shown = ", ".join(foreign[:4]) + (f" and {len(foreign) - 4} more" if len(foreign) > 4 else "")
-        raise ExportError(f"{out}: holds what an export does not write ({shown}); an export replaces its folder "
+    if foreign := entries_besides(out, EXPORT_FILES):
+        raise ExportError(f"{out}: holds what an export does not write ({foreign}); an export replaces its folder "
                           "whole, so give a new or empty folder, or an earlier export")
 
 
