@@ -78,6 +78,55 @@ def test_a_nan_answer_never_reaches_training_or_the_output(tmp_path, capsys):
     assert rc == 2 and "row 0, field 'answer'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("storage", [Storage.JSONL, Storage.PARQUET, Storage.DISK])
+def test_a_write_that_fails_leaves_the_earlier_output_whole(tmp_path, monkeypatch, storage):
+    """`ulorl clean --input X --output X` reads X, then writes X: a write that fails half-way (a full disk, a
+    crash) must leave X as it was, with no leftover beside it; a write that completes replaces it."""
+    if storage is Storage.DISK:
+        pytest.importorskip("datasets")
+    out = tmp_path / {Storage.JSONL: "x.jsonl", Storage.PARQUET: "x.parquet", Storage.DISK: "x"}[storage]
+    before = [{"prompt": f"q{i}", "answer": str(i)} for i in range(5)]
+    write_rows(before, out, storage)
+
+    def read():
+        return [r for r in read_rows(out, storage) if not isinstance(r, RowIssue)]
+
+    assert read() == before
+    import ulorl.data.formats as formats
+
+    real, seen = formats._jsonable, []
+
+    def full_disk_at_row_3(value):
+        seen.append(value)
+        if len(seen) == 3:
+            raise OSError(28, "No space left on device")
+        return real(value)
+
+    def half_written(*args, **kwargs):  # the writer's first bytes land, then the disk is full
+        path = Path(kwargs.get("where") or next(a for a in args if isinstance(a, (str, Path))))
+        if storage is Storage.DISK:
+            path.mkdir()
+            path = path / "data-00000-of-00001.arrow"
+        path.write_bytes(b"torn")
+        raise OSError(28, "No space left on device")
+
+    if storage is Storage.JSONL:
+        monkeypatch.setattr(formats, "_jsonable", full_disk_at_row_3)
+    elif storage is Storage.PARQUET:
+        monkeypatch.setattr(formats.pq, "write_table", half_written)
+    else:
+        import datasets
+
+        monkeypatch.setattr(datasets.Dataset, "save_to_disk", half_written)
+    with pytest.raises(OSError, match="No space left"):
+        write_rows([{"prompt": "new", "answer": "9"}] * 4, out, storage)
+    monkeypatch.undo()
+    assert read() == before
+    assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]
+    write_rows(before[:2], out, storage)
+    assert read() == before[:2] and sorted(p.name for p in tmp_path.iterdir()) == [out.name]
+
+
 def test_write_rows_jsonl_is_strict_json(tmp_path):
     write_rows([{"a": math.nan, "b": [math.inf, 1.0], "c": b"bytes"}], tmp_path / "o.jsonl", Storage.JSONL)
     text = (tmp_path / "o.jsonl").read_text()

@@ -25,6 +25,7 @@ from ulorl.data.records import DataError, counted
 from ulorl.data.validate import RowSchema, ValidRow, get_path, guess_schema, set_path
 from ulorl.reward.cli_args import add_reward_arguments, reward_config_from_args
 from ulorl.rollout.engines.registry import EngineName
+from ulorl.run.checkpoint.atomic import atomic_write_text
 
 EXAMPLES_PER_REASON = 3
 EXAMPLE_CHARS = 200
@@ -240,7 +241,7 @@ def run_clean(args: argparse.Namespace) -> int:
     report.validation = asdict(load_report)
     write_rows(cleaned, args.output, out_storage)
     report_path = Path(str(args.output) + ".report.json")
-    report_path.write_text(json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
+    atomic_write_text(report_path, json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     print(f"{args.input}: {counted(load_report.n_rows, 'row')}, {counted(load_report.n_skipped, 'bad row')} skipped")
     for s in report.steps:
         print(f"  {s.name}: {s.n_in} in, {s.n_removed} removed, {s.n_changed} changed")

@@ -13,6 +13,7 @@ import fnmatch
 import json
 import math
 import os
+import shutil
 from enum import Enum
 from pathlib import Path
 
@@ -194,22 +195,41 @@ def _read_disk(path: Path, split: str) -> list[dict | RowIssue]:
 
 
 def write_rows(rows: list[dict], path: str | Path, storage: Storage) -> None:
-    """Write rows in the given storage (parent folders created)."""
+    """Write rows in the given storage (parent folders created). The rows go to a temporary name beside `path`,
+    which replaces `path` only once they are all written: a crash or a full disk leaves an earlier output, or the
+    input when it is the output, as it was."""
     p = Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    if storage is Storage.JSONL:
-        with open(p, "w", encoding="utf-8") as f:
-            for r in rows:
-                f.write(json.dumps(_jsonable(r), ensure_ascii=False, allow_nan=False, default=str) + "\n")
-    elif storage is Storage.PARQUET:
-        pq.write_table(_table(rows), p)
-    else:
-        try:
-            import datasets
-        except ImportError as e:
-            raise DataError(f"{path}: writing a save_to_disk folder needs `datasets`; "
-                            f"name the output .jsonl or .parquet instead") from e
-        datasets.Dataset.from_list(rows).save_to_disk(str(p))
+    tmp, old = p.with_name(f"{p.name}.tmp-{os.getpid()}"), p.with_name(f"{p.name}.old-{os.getpid()}")
+    try:
+        if storage is Storage.JSONL:
+            with open(tmp, "w", encoding="utf-8") as f:
+                for r in rows:
+                    f.write(json.dumps(_jsonable(r), ensure_ascii=False, allow_nan=False, default=str) + "\n")
+        elif storage is Storage.PARQUET:
+            pq.write_table(_table(rows), tmp)
+        else:
+            try:
+                import datasets
+            except ImportError as e:
+                raise DataError(f"{path}: writing a save_to_disk folder needs `datasets`; "
+                                f"name the output .jsonl or .parquet instead") from e
+            datasets.Dataset.from_list(rows).save_to_disk(str(tmp))
+        if tmp.is_dir() and p.is_dir():  # a folder cannot replace a folder in one step: the old one moves aside
+            os.replace(p, old)
+            try:
+                os.replace(tmp, p)
+            except BaseException:
+                os.replace(old, p)
+                raise
+            shutil.rmtree(old, ignore_errors=True)
+        else:
+            os.replace(tmp, p)
+    finally:
+        if tmp.is_dir():
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            tmp.unlink(missing_ok=True)
 
 
 def _table(rows: list[dict]) -> pa.Table:
