@@ -118,3 +118,6 @@ def test_export_never_replaces_a_folder_it_did_not_write(eos_model_dir, tmp_path
     (tmp_path / "empty").mkdir()
     assert main(["export", str(run), "-o", str(tmp_path / "empty")]) == 0
     assert (tmp_path / "empty" / "config.json").is_file()
+    (tmp_path / "project").mkdir()  # a MANIFEST.json of something else, not a checkpoint's step folder
+    (tmp_path / "project" / "MANIFEST.json").write_text("{}")
+    assert main(["export", str(run), "-o", str(tmp_path / "project" / "model")]) == 0

@@ -23,8 +23,8 @@ from pathlib import Path
 
 from ulorl.data.formats import entries_besides
 from ulorl.errors import UlorlError
-from ulorl.run.checkpoint import CHECKPOINTS, CheckpointError, find_resumable, step_dir, verify_checkpoint
-from ulorl.run.checkpoint.store import checkpoint_dirs
+from ulorl.run.checkpoint import CHECKPOINTS, MANIFEST, CheckpointError, find_resumable, step_dir, verify_checkpoint
+from ulorl.run.checkpoint.store import STEP_DIR, checkpoint_dirs
 
 EXPORT_DIR = "export"
 # what `save_pretrained` of a model and its tokenizer writes (any transformers version, sharded or not): the only
@@ -39,9 +39,11 @@ class ExportError(UlorlError, ValueError):
 
 def check_export_target(out: str | Path) -> None:
     """Refuse `out` unless it is absent, an empty folder, or an earlier export (only `EXPORT_FILES`), and not inside
-    a checkpoint (whose manifest lists its model's files): an export replaces its folder whole."""
+    a checkpoint (a `step_<N>` folder with a manifest, which lists its model's files): an export replaces its folder
+    whole."""
     out = Path(out)
-    inside = next((q for q in Path(os.path.abspath(out)).parents if (q / "MANIFEST.json").is_file()), None)
+    inside = next((q for q in Path(os.path.abspath(out)).parents
+                   if STEP_DIR.match(q.name) and (q / MANIFEST).is_file()), None)
     if inside is not None:
         raise ExportError(f"{out}: inside the checkpoint {inside}, which an export must not change; give a folder "
                           "outside it")
