@@ -125,6 +125,10 @@ def test_a_write_that_fails_leaves_the_earlier_output_whole(tmp_path, monkeypatc
     assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]
     write_rows(before[:2], out, storage)
     assert read() == before[:2] and sorted(p.name for p in tmp_path.iterdir()) == [out.name]
+    link = tmp_path / f"link-{out.name}"  # an output named through a link: the target replaced, the link kept
+    link.symlink_to(out)
+    write_rows(before[:1], link, storage)
+    assert link.is_symlink() and read() == before[:1]
 
 
 def test_write_rows_jsonl_is_strict_json(tmp_path):

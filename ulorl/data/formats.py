@@ -197,8 +197,8 @@ def _read_disk(path: Path, split: str) -> list[dict | RowIssue]:
 def write_rows(rows: list[dict], path: str | Path, storage: Storage) -> None:
     """Write rows in the given storage (parent folders created). The rows go to a temporary name beside `path`,
     which replaces `path` only once they are all written: a crash or a full disk leaves an earlier output, or the
-    input when it is the output, as it was."""
-    p = Path(path)
+    input when it is the output, as it was. A link is followed: its target is replaced, the link kept."""
+    p = Path(path).resolve() if Path(path).is_symlink() else Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
     tmp, old = p.with_name(f"{p.name}.tmp-{os.getpid()}"), p.with_name(f"{p.name}.old-{os.getpid()}")
     try:
