@@ -37,6 +37,29 @@ class LengthParity:
         return [float(len(c) % 2 == 0) for c in completions]
 
 
+def test_rows_never_overwrite_a_data_file_that_holds_other_rows(tmp_path):
+    """Rows are written to RUN/data/train.jsonl; the same rows again (a resume) reuse the file untouched. Other
+    rows for a folder whose train.jsonl holds different rows (an earlier run's, which may still be training or be
+    resumed; a user's own file) go to train-<sha256 prefix>.jsonl, and the first file is kept byte for byte."""
+    import hashlib
+
+    rows = [{"prompt": f"add {i} {i}", "answer": str(2 * i)} for i in range(6)]
+    config = make_config(None, TINY)
+    first = Trainer(config, train_dataset=rows, eval_dataset=False, output_dir=tmp_path / "run")
+    data = tmp_path / "run" / "data" / "train.jsonl"
+    assert first.config.data.train == str(data) and data.read_text().count("\n") == 6
+    text, inode = data.read_text(), data.stat().st_ino
+    again = Trainer(config, train_dataset=rows, eval_dataset=False, output_dir=tmp_path / "run")
+    assert again.config.data.train == str(data) and data.stat().st_ino == inode
+    other = rows[:4]
+    second = Trainer(config, train_dataset=other, eval_dataset=False, output_dir=tmp_path / "run")
+    other_text = "".join(json.dumps(r) + "\n" for r in other)
+    expected = data.with_name(f"train-{hashlib.sha256(other_text.encode()).hexdigest()[:12]}.jsonl")
+    assert second.config.data.train == str(expected) and expected.read_text() == other_text
+    assert data.read_text() == text and data.stat().st_ino == inode
+    assert sorted(p.name for p in data.parent.iterdir()) == sorted([data.name, expected.name])  # no leftovers
+
+
 def test_trainer_with_callable_reward_and_rows(tmp_path):
     rows = [{"prompt": f"add {i} {i}", "answer": str(2 * i)} for i in range(6)]
     reward = LengthParity()

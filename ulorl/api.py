@@ -24,6 +24,7 @@ as JSONL so that the run can be resumed and audited like a CLI run.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import json
 import time
 from collections.abc import Iterable, Mapping, Sequence
@@ -33,6 +34,7 @@ from typing import Any
 from ulorl.config import RunConfig, build, check_runnable, load_run_config, to_dict
 from ulorl.config.loader import ConfigError, deep_merge
 from ulorl.config.reward import RewardFnConfig
+from ulorl.run.checkpoint.atomic import atomic_write_text
 
 __all__ = ["RunConfig", "Trainer", "make_config"]
 
@@ -104,7 +106,9 @@ class Trainer:
         self.summary: dict | None = None
 
     def _source(self, dataset: Dataset, split: str) -> str | list[str]:
-        """A path or list of paths as given; rows are written once to `<run>/data/<split>.jsonl`."""
+        """A path or list of paths as given; rows are written to `<run>/data/<split>.jsonl`, atomically. A file
+        of that name that holds other rows (an earlier run's, perhaps still training or to be resumed; the user's
+        own when `output_dir` is a project folder) is kept: these rows go to `<split>-<sha256 prefix>.jsonl`."""
         if isinstance(dataset, (str, Path)):
             return str(dataset)
         items = list(dataset)  # type: ignore[arg-type]
@@ -115,11 +119,13 @@ class Trainer:
                             f"{type(items[0]).__name__ if items else 'an empty list'}")
         if not items:
             raise ValueError(f"{split}_dataset has no rows")
+        text = "".join(json.dumps(dict(row), ensure_ascii=False, default=str) + "\n" for row in items)
         path = self.run_dir / "data" / f"{split}.jsonl"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
-            for row in items:
-                f.write(json.dumps(dict(row), ensure_ascii=False, default=str) + "\n")
+        if path.exists() and _read_text(path) != text:
+            path = path.with_name(f"{split}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.jsonl")
+        if not path.exists() or _read_text(path) != text:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_text(path, text)
         return str(path)
 
     def train(self) -> dict:
@@ -132,6 +138,14 @@ class Trainer:
         check_runnable(self.config)
         self.summary = train(self.config, self.run_dir, resume=self.resume)
         return self.summary
+
+
+def _read_text(path: Path) -> str | None:
+    """`path`'s text, or None where it is not UTF-8 text (then it is not rows this class wrote)."""
+    try:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        return None
 
 
 def _check_types(config: Any, output_dir: Any, resume: Any, reward_weights: Any) -> None:
