@@ -189,4 +189,3 @@ def run_show(args: argparse.Namespace) -> int:
     step = args.step if args.step is not None else steps[-1]
     print(format_step(records, step, args.status, args.limit, args.chars))
     return 0
-
