@@ -121,11 +121,12 @@ class Trainer:
             raise ValueError(f"{split}_dataset has no rows")
         text = "".join(json.dumps(dict(row), ensure_ascii=False, default=str) + "\n" for row in items)
         path = self.run_dir / "data" / f"{split}.jsonl"
-        if path.exists() and _read_text(path) != text:
-            path = path.with_name(f"{split}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.jsonl")
-        if not path.exists() or _read_text(path) != text:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_text(path, text)
+        if not _holds(path, text):  # the same rows (a resume) leave the file untouched
+            if path.exists():  # other rows: kept
+                path = path.with_name(f"{split}-{hashlib.sha256(text.encode()).hexdigest()[:12]}.jsonl")
+            if not _holds(path, text):
+                path.parent.mkdir(parents=True, exist_ok=True)
+                atomic_write_text(path, text)
         return str(path)
 
     def train(self) -> dict:
@@ -140,12 +141,12 @@ class Trainer:
         return self.summary
 
 
-def _read_text(path: Path) -> str | None:
-    """`path`'s text, or None where it is not UTF-8 text (then it is not rows this class wrote)."""
+def _holds(path: Path, text: str) -> bool:
+    """Whether the file `path` exists and holds exactly `text` (a file that is not UTF-8 text does not)."""
     try:
-        return path.read_text(encoding="utf-8")
+        return path.exists() and path.read_text(encoding="utf-8") == text
     except UnicodeDecodeError:
-        return None
+        return False
 
 
 def _check_types(config: Any, output_dir: Any, resume: Any, reward_weights: Any) -> None:
