@@ -4,7 +4,9 @@ Readers return one entry per row: the row as a dict, or a `RowIssue` when the ro
 cannot even be parsed (invalid JSON, not an object). Invalid UTF-8 bytes in a JSON
 line are kept as lone surrogates (`surrogateescape`) so that validation can name the
 field that holds them. `save_to_disk` folders are read with pyarrow directly (their
-shards are Arrow IPC streams), so `datasets` is not needed at run time.
+shards are Arrow IPC streams), so `datasets` is not needed at run time. Writers replace an output only once it is
+whole (`replace_path`) and refuse a folder holding what they do not write (`entries_besides`); `ulorl export`
+uses both for its model folder.
 """
 
 from __future__ import annotations
@@ -200,7 +202,7 @@ def write_rows(rows: list[dict], path: str | Path, storage: Storage) -> None:
     input when it is the output, as it was. A link is followed: its target is replaced, the link kept."""
     p = Path(path).resolve() if Path(path).is_symlink() else Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp, old = p.with_name(f"{p.name}.tmp-{os.getpid()}"), p.with_name(f"{p.name}.old-{os.getpid()}")
+    tmp = p.with_name(f"{p.name}.tmp-{os.getpid()}")
     try:
         if storage is Storage.JSONL:
             with open(tmp, "w", encoding="utf-8") as f:
@@ -215,21 +217,29 @@ def write_rows(rows: list[dict], path: str | Path, storage: Storage) -> None:
                 raise DataError(f"{path}: writing a save_to_disk folder needs `datasets`; "
                                 f"name the output .jsonl or .parquet instead") from e
             datasets.Dataset.from_list(rows).save_to_disk(str(tmp))
-        if tmp.is_dir() and p.is_dir():  # a folder cannot replace a folder in one step: the old one moves aside
-            os.replace(p, old)
-            try:
-                os.replace(tmp, p)
-            except BaseException:
-                os.replace(old, p)
-                raise
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, p)
+        replace_path(tmp, p)
     finally:
         if tmp.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)
         else:
             tmp.unlink(missing_ok=True)
+
+
+def replace_path(tmp: Path, dest: Path) -> None:
+    """Put the finished `tmp` (a file or a folder) in place of `dest`, which may not exist. A folder cannot replace a
+    folder in one step: the old one moves aside, is put back if the rename fails, and is deleted once it succeeded.
+    The writers of whole outputs (`write_rows`, `ulorl export`) write under a temporary name, then call this."""
+    if not (tmp.is_dir() and dest.is_dir()):
+        os.replace(tmp, dest)
+        return
+    old = dest.with_name(f"{dest.name}.old-{os.getpid()}")
+    os.replace(dest, old)
+    try:
+        os.replace(tmp, dest)
+    except BaseException:
+        os.replace(old, dest)
+        raise
+    shutil.rmtree(old, ignore_errors=True)
 
 
 def _table(rows: list[dict]) -> pa.Table:

@@ -21,7 +21,7 @@ import os
 import shutil
 from pathlib import Path
 
-from ulorl.data.formats import entries_besides
+from ulorl.data.formats import entries_besides, replace_path
 from ulorl.errors import UlorlError
 from ulorl.run.checkpoint import CHECKPOINTS, MANIFEST, CheckpointError, find_resumable, step_dir, verify_checkpoint
 from ulorl.run.checkpoint.store import STEP_DIR, checkpoint_dirs
@@ -103,9 +103,7 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        if out.exists():
-            shutil.rmtree(out)
-        os.replace(tmp, out)
+        replace_path(tmp, out)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
