@@ -1,6 +1,9 @@
 """The planner: simulation against hand-computed cases, cost fits, length sources, the `ulorl plan` CLI."""
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -294,3 +297,28 @@ def test_calibration_measures_the_engine(tiny_model_dir):
         assert rows[-1]["prefill_tokens"] == 49 and rows[-1]["prefill_sq"] == 16**2 + 14**2 + 11**2 + 8**2
         cost = fit_engine(rows)
         assert cost.decode_fixed + cost.decode_row > 0 and cost.padded == padded
+
+
+COST_UNDER_A_FULL_DISK = """
+import resource, signal, sys
+from ulorl.plan import CostModel
+signal.signal(signal.SIGXFSZ, signal.SIG_IGN)  # a write past the limit fails with EFBIG, like ENOSPC
+resource.setrlimit(resource.RLIMIT_FSIZE, (64, resource.getrlimit(resource.RLIMIT_FSIZE)[1]))
+try:
+    CostModel(decode_fixed=0.5).save(sys.argv[1])
+except OSError as e:
+    print("could not write:", e)
+"""
+
+
+def test_a_full_disk_while_saving_a_cost_model_keeps_the_one_it_replaces(tmp_path):
+    # `ulorl plan --cost F --save-cost F` refits F in place: a torn F would lose the fit it started from
+    cost = tmp_path / "cost.json"
+    CostModel(decode_fixed=0.008, update_fixed=0.5).save(cost)
+    before = cost.read_bytes()
+    out = subprocess.run([sys.executable, "-c", COST_UNDER_A_FULL_DISK, str(cost)], capture_output=True, text=True,
+                         timeout=900, env={**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)})
+    assert out.returncode == 0, out.stderr
+    assert "could not write" in out.stdout
+    assert cost.read_bytes() == before and CostModel.load(cost).decode_fixed == 0.008
+    assert [p.name for p in tmp_path.iterdir()] == ["cost.json"]  # no temp file left

@@ -271,6 +271,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from ulorl.reward import RewardManager
     from ulorl.rollout.engines.base import close_engine
     from ulorl.rollout.engines.registry import build_engine
+    from ulorl.run.checkpoint import atomic_write_text
     from ulorl.run.numerics import apply_cpu_numerics, numerics_report
     from ulorl.run.session import set_aside_earlier_run
 
@@ -318,8 +319,8 @@ def run_eval(args: argparse.Namespace) -> int:
     set_aside_earlier_run(out, EVAL_OUTPUTS, "evaluation")
     payload = {"model": path, "datasets": {n: r.to_dict() for n, r in results.items()},
                "cpu_numerics": numerics_report(numerics)}
-    (out / "results.json").write_text(json_text(payload, indent=2))
+    atomic_write_text(out / "results.json", json_text(payload, indent=2))
     md = [f"# Evaluation of `{path}`", ""] + [r.to_markdown() for r in results.values()]
-    (out / "report.md").write_text("\n".join(md))
+    atomic_write_text(out / "report.md", "\n".join(md))
     print(f"wrote {out / 'results.json'} and {out / 'report.md'}")
     return 0

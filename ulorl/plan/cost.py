@@ -48,6 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from ulorl.config import PipelineMode
+from ulorl.run.checkpoint.atomic import atomic_write_text
 
 # count name -> the CostModel field that prices it
 FEATURES: dict[str, str] = {
@@ -114,7 +115,7 @@ class CostModel:
         return asdict(self)
 
     def save(self, path: str | Path) -> None:
-        Path(path).write_text(json.dumps(self.to_dict(), indent=1) + "\n")
+        atomic_write_text(path, json.dumps(self.to_dict(), indent=1) + "\n")
 
     @classmethod
     def from_dict(cls, d: dict) -> "CostModel":

@@ -23,6 +23,7 @@ from ulorl.models import eos_token_ids, load_model, load_tokenizer
 from ulorl.reward import RewardManager
 from ulorl.rollout.engines.base import close_engine
 from ulorl.rollout.engines.registry import build_engine
+from ulorl.run.checkpoint.atomic import atomic_write_text
 from ulorl.run.console import say
 from ulorl.run.session import set_aside_earlier_run
 from ulorl.run.sft import run_sft, sft_outcome
@@ -74,7 +75,7 @@ def sft_and_report(cfg: RunConfig, run_dir: str | Path) -> dict:
         report["eval"] = evaluate_model(cfg, str(model_dir), cfg.logging.progress)
     else:
         say("data.eval is null: the warm start is not evaluated")
-    (run_dir / "sft_report.json").write_text(json_text(report, indent=1))
+    atomic_write_text(run_dir / "sft_report.json", json_text(report, indent=1))
     return report
 
 

@@ -21,6 +21,7 @@ from ulorl.data.records import counted
 from ulorl.errors import UlorlError
 from ulorl.logging.base import json_text
 from ulorl.rollout.collect import BatchStalled, RoundsSeen
+from ulorl.run.checkpoint.atomic import atomic_write_text
 from ulorl.run.console import say
 from ulorl.run.samples_log import clip_text
 
@@ -44,7 +45,7 @@ def stall_error(stalled: BatchStalled, run_dir: Path, decode: Callable[[list[int
     report = {"step": stalled.step, "rounds": stalled.rounds, "idle_rounds": seen.idle_rounds, "why": stalled.why,
               "reward_counts": dict(Counter(str(t.reward) for g, _ in seen.groups for t in g)),
               "problems": problems}
-    path.write_text(json_text(report, indent=1, ensure_ascii=False))
+    atomic_write_text(path, json_text(report, indent=1, ensure_ascii=False))
     say(f"step {stalled.step} stalled after {stalled.rounds} rollout rounds: {counted(len(problems), 'group')} "
         f"completed, {sum(p['admitted'] for p in problems)} admitted; rewards seen: {seen.reward_counts()}")
     for p in problems[:SHOWN]:
