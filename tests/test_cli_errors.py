@@ -269,8 +269,9 @@ def _checkpoint(tmp: Path) -> Path:
 
 
 MODEL_CASES = {
-    "a missing folder": (lambda t: t / "nowhere", ["model.path=", "nowhere", "no such folder"]),
-    "a file": (_file, ["model.path=", "afile", "a file, not a folder"]),
+    "a missing folder": (lambda t: t / "nowhere", ["--model '", "nowhere", "no such folder"]),
+    "a file": (_file, ["--model '", "afile", "a file, not a folder"]),
+    "a missing .gguf file": (lambda t: t / "smol.gguf", ["--model '", "smol.gguf", "no such GGUF file"]),
     "a checkpoint": (_checkpoint, ["no config.json", "a `ulorl train` checkpoint: give", "step_000100/model'"]),
     "a folder without config.json": (lambda t: t, ["no config.json", "not a Hugging Face model folder"]),
     "a run folder": (_run_folder, ["no config.json", "run folder", "myrun/export'", "step_000100/model'"]),
@@ -285,3 +286,12 @@ def test_a_model_path_that_is_no_model_is_one_line(case, tmp_path, capsys):
     assert_one_line(err, "eval", *words)
     assert "step_000200" not in err and "step_000020" not in err  # only the newest checkpoint that is a model
     assert not (tmp_path / "out").exists()
+    assert "model.path" not in err  # the flag the user typed, not the config key
+
+
+def test_a_model_path_from_the_config_file_is_named_as_its_key(tmp_path, capsys):
+    config = tmp_path / "run.yaml"
+    config.write_text(f"model:\n  path: {tmp_path / 'nowhere'}\n")
+    rc, err = run(["eval", "--config", str(config), "-o", str(tmp_path / "out")], capsys)
+    assert rc == 2
+    assert_one_line(err, "eval", "model.path='", "nowhere", "no such folder")

@@ -129,6 +129,20 @@ def model_path(args: argparse.Namespace) -> str:
     return args.model or str(_preset(args, "model").get("path") or "builtin")
 
 
+def resolve_model(args: argparse.Namespace, path: str) -> None:
+    """Resolve `path` as the loaders will (a GGUF converts once), so that an unusable model fails naming what the
+    user typed: `--model` when the flag gave it (the loaders name the config key, `model.path`)."""
+    from ulorl.models import resolve_model_path
+    from ulorl.models.gguf import ModelSourceError
+
+    try:
+        resolve_model_path(path)
+    except (FileNotFoundError, ModelSourceError) as e:
+        if not args.model:
+            raise
+        raise type(e)(str(e).replace("model.path=", "--model ", 1)) from None
+
+
 def run_config_of(model: str) -> Path | None:
     """The `config.yaml` of the `ulorl train` / `ulorl sft` run folder a model folder sits in (RUN/export,
     RUN/warm_start/model, RUN/checkpoints/step_N/model, an SFT run's RUN/model), or None. A run's config is the
@@ -281,6 +295,7 @@ def run_eval(args: argparse.Namespace) -> int:
     reward_cfg = reward_config_from_args(args)  # a bad function fails here, before any model loads
     cfg, path = eval_config(args), model_path(args)
     data_cfg, sources = data_config(args, cfg), data_sources(args)
+    resolve_model(args, path)
     tokenizer = load_tokenizer(path, trust_remote_code=args.trust_remote_code)
     sets = {}
     for source in sources:  # load (and validate) everything before the first sample is drawn
