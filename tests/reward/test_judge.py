@@ -259,3 +259,12 @@ def test_a_server_dripping_bytes_cannot_hold_a_request_past_its_deadline():
     # the request's own thread hung up: nothing is left reading (the process can exit). Before the total
     # deadline each byte restarted the socket timeout and the thread read on for as long as the server dripped
     assert server.closed.wait(20), "the judge client still reads from the dripping server"
+
+
+def test_from_url_passes_the_backend_settings_to_each_request():
+    with JudgeServer("ok") as server:
+        with GenerativeVerifier.from_url(server.url, "my-judge", max_tokens=5, timeout_s=60.0) as judge:
+            assert judge.judge(["27cm"], ["0.27m"]) == [True]
+        (path, body), = server.requests
+    assert path == "/v1/chat/completions"
+    assert body["model"] == "my-judge" and body["max_tokens"] == 5

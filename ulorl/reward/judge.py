@@ -119,16 +119,12 @@ class GenerativeVerifier:
         url: str,
         model_name: str = "judge",
         *,
-        api_key_env: str | None = None,
-        timeout_s: float = 30.0,
         prompt_template: str = DEFAULT_JUDGE_PROMPT,
-        max_concurrency: int = 8,
+        **backend_kwargs,
     ) -> GenerativeVerifier:
-        """Judge served by an OpenAI-compatible endpoint at ``url``."""
-        backend = OpenAIChatBackend(
-            url, model_name, api_key_env=api_key_env, timeout_s=timeout_s, max_concurrency=max_concurrency
-        )
-        return cls(backend, prompt_template=prompt_template)
+        """Judge served by an OpenAI-compatible endpoint at ``url``; ``backend_kwargs`` are ``OpenAIChatBackend``'s
+        (``api_key_env``, ``timeout_s``, ``max_tokens``, ``max_concurrency``)."""
+        return cls(OpenAIChatBackend(url, model_name, **backend_kwargs), prompt_template=prompt_template)
 
     @classmethod
     def from_pretrained(
