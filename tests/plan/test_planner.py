@@ -322,3 +322,15 @@ def test_a_full_disk_while_saving_a_cost_model_keeps_the_one_it_replaces(tmp_pat
     assert "could not write" in out.stdout
     assert cost.read_bytes() == before and CostModel.load(cost).decode_fixed == 0.008
     assert [p.name for p in tmp_path.iterdir()] == ["cost.json"]  # no temp file left
+
+
+def test_a_cost_file_that_cannot_be_written_is_named_as_given(tmp_path, capsys):
+    # the file is written beside its place under a temporary name: the error names the place, not that name
+    fit = ["plan", "--lengths", "fixed:length=10", "--max-len", "40", "--segments", "1,2", "--fit-table",
+           "1=2.0,2=1.5", "--steps", "2", "--warmup", "1", "--save-cost"]
+    for target, why in [(tmp_path, "Is a directory"), (tmp_path / "missing" / "cost.json", "No such file")]:
+        capsys.readouterr()
+        assert main([*fit, str(target)]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"ulorl plan: error: {target}: {why}") and ".tmp-" not in err, err
+    assert [p.name for p in tmp_path.iterdir()] == []

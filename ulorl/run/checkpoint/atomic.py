@@ -30,7 +30,8 @@ def sha256(path: Path) -> str:
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
-    """Replace `path` with `text` or leave it as it was: a full disk never leaves it empty or torn."""
+    """Replace `path` with `text` or leave it as it was: a full disk never leaves it empty or torn. An `OSError`
+    names `path`, not the temporary file beside it (`path` a folder, its parent missing or read-only)."""
     path = Path(path)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     try:
@@ -39,8 +40,10 @@ def atomic_write_text(path: str | Path, text: str) -> None:
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if isinstance(e, OSError) and e.filename == str(tmp):
+            raise type(e)(e.errno, e.strerror, str(path)) from e
         raise
 
 
