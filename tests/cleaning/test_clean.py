@@ -132,6 +132,14 @@ def test_cli_jsonl_writes_cleaned_file_and_report(tmp_path, capsys):
     assert rep["validation"]["n_skipped"] == 1 and (rep["n_in"], rep["n_out"]) == (2, 1)
 
 
+def test_cli_output_given_with_a_trailing_slash_puts_the_report_beside_it(tmp_path):
+    inp = tmp_path / "in.jsonl"
+    inp.write_text(json.dumps(row("Compute 3+4.", "\\boxed{7}")) + "\n")
+    assert run_cli(["--input", str(inp), "--output", f"{tmp_path / 'out.jsonl'}/"]) == 0  # a shell's completion
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.jsonl", "out.jsonl.report.json"]
+    assert json.loads((tmp_path / "out.jsonl.report.json").read_text())["n_out"] == 1
+
+
 def test_cli_parquet_in_parquet_out(tmp_path):
     import pyarrow as pa
 

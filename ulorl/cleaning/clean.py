@@ -240,7 +240,7 @@ def run_clean(args: argparse.Namespace) -> int:
                                  reward=reward, engine=args.engine)
     report.validation = asdict(load_report)
     write_rows(cleaned, args.output, out_storage)
-    report_path = Path(str(args.output) + ".report.json")
+    report_path = Path(f"{Path(args.output)}.report.json")  # beside the output, also when given as `out.jsonl/`
     atomic_write_text(report_path, json.dumps(report.to_dict(), indent=2, ensure_ascii=False))
     print(f"{args.input}: {counted(load_report.n_rows, 'row')}, {counted(load_report.n_skipped, 'bad row')} skipped")
     for s in report.steps:

@@ -11,6 +11,7 @@ uses both for its model folder.
 
 from __future__ import annotations
 
+import contextlib
 import fnmatch
 import json
 import math
@@ -222,7 +223,8 @@ def write_rows(rows: list[dict], path: str | Path, storage: Storage) -> None:
         if tmp.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)
         else:
-            tmp.unlink(missing_ok=True)
+            with contextlib.suppress(OSError):  # renamed into place, or never written: not the error to report
+                tmp.unlink()
 
 
 def replace_path(tmp: Path, dest: Path) -> None:

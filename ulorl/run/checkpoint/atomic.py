@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import hashlib
 import os
@@ -41,7 +42,8 @@ def atomic_write_text(path: str | Path, text: str) -> None:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException as e:
-        tmp.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # never written (its folder missing or a file), or gone
+            tmp.unlink()
         if isinstance(e, OSError) and e.filename == str(tmp):
             raise type(e)(e.errno, e.strerror, str(path)) from e
         raise

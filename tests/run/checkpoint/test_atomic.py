@@ -1,0 +1,25 @@
+"""atomic_write_text: the file is replaced whole or kept, and an error names the file asked for."""
+
+import pytest
+
+from ulorl.run.checkpoint.atomic import atomic_write_text
+
+
+def test_it_replaces_the_file_whole_and_leaves_nothing_beside_it(tmp_path):
+    target = tmp_path / "report.json"
+    target.write_text("old")
+    atomic_write_text(target, "new")
+    assert target.read_text() == "new"
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"]
+
+
+@pytest.mark.parametrize("case", ["a folder", "under a file", "under a missing folder"])
+def test_an_error_names_the_file_asked_for_not_its_temporary_name(case, tmp_path):
+    (tmp_path / "afile").write_text("kept")
+    target, error = {"a folder": (tmp_path, IsADirectoryError),
+                     "under a file": (tmp_path / "afile" / "report.json", NotADirectoryError),
+                     "under a missing folder": (tmp_path / "missing" / "report.json", FileNotFoundError)}[case]
+    with pytest.raises(error) as raised:
+        atomic_write_text(target, "new")
+    assert raised.value.filename == str(target)  # the unlink of the unwritten temporary file raised its own before
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"] and (tmp_path / "afile").read_text() == "kept"
