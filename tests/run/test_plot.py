@@ -137,11 +137,21 @@ def test_an_image_file_name_as_out_is_refused_before_any_folder(tmp_path, capsys
     assert_real_png(tmp_path / "old.png" / "overview.png")
 
 
-def test_cli_reports_missing_metrics_with_exit_code_2(tmp_path, capsys):
+def test_cli_reports_missing_metrics_and_an_unusable_output_with_exit_code_2(tmp_path, capsys):
+    from ulorl.cli import main
+
     (tmp_path / "nothing").mkdir()
-    assert run_plot(parse([str(tmp_path / "nothing")])) == 2  # a user error: exit status 2, as every command
+    assert main(["plot", str(tmp_path / "nothing")]) == 2  # a user error: exit status 2, as every command
     err = capsys.readouterr().err
     assert err.startswith("ulorl plot: error: run ") and "nothing: no metrics.jsonl" in err
+    run = tmp_path / "run"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text(json.dumps({"step": 1, "actor/entropy": 0.5}) + "\n")
+    (tmp_path / "afile").write_text("kept")
+    assert main(["plot", str(run), "-o", str(tmp_path / "afile")]) == 2
+    err = capsys.readouterr().err  # one line naming the path and what is wrong with it, not "[Errno 17] ..."
+    assert err == f"ulorl plot: error: {tmp_path / 'afile'}: File exists (it exists and is not a folder)\n"
+    assert (tmp_path / "afile").read_text() == "kept"
 
 
 def test_a_train_runs_warm_start_gives_the_sft_panel_and_its_phase_label_no_warning(tmp_path, caplog):

@@ -310,7 +310,7 @@ def run_plot(args: argparse.Namespace) -> int:
         return 2
     try:
         paths, skipped = plot_panels(args.run_dirs, out, names, args.smooth)
-    except (OSError, ValueError) as e:
+    except ValueError as e:  # an OSError goes to the CLI's handler, which names the path and the errno's meaning
         print(f"ulorl plot: error: {e}", file=sys.stderr)
         return 2
     for p in paths:
@@ -322,9 +322,10 @@ def run_plot(args: argparse.Namespace) -> int:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """``python -m ulorl.run.plot RUN_DIR ...``"""
-    parser = add_plot_arguments(argparse.ArgumentParser(prog="ulorl plot", description=__doc__.splitlines()[0]))
-    return run_plot(parser.parse_args(argv))
+    """``python -m ulorl.run.plot RUN_DIR ...``: ``ulorl plot`` (its errors one line, as every command's)."""
+    from ulorl.cli import main as cli
+
+    return cli(["plot", *(sys.argv[1:] if argv is None else argv)])
 
 
 if __name__ == "__main__":
