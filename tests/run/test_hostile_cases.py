@@ -194,6 +194,26 @@ def test_show_skips_a_line_over_the_limit_without_reading_it_whole(tmp_path, mon
     assert note == f"skipped 1 malformed line(s) of {path} (first: {path}:2: longer than 400 bytes)"
 
 
+def test_show_of_a_file_without_one_sample_says_so_instead_of_empty(tmp_path, capsys):
+    data = tmp_path / "train.jsonl"  # a data file given by mistake: its rows have no step
+    data.write_text(json.dumps({"prompt": "1+1?", "answer": "2"}) + "\n")
+    rc, err = run(["show", str(data)], capsys)
+    assert rc == 2
+    assert_one_line(err, "show", f"{data}: no sample of a `ulorl train` run in it", f"{data}:1: 'step' is None",
+                    "give the folder of a `ulorl train` run")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "samples.jsonl").write_text('{"step": 1, "gro')  # only a line torn by a crash so far
+    rc, err = run(["show", str(run_dir)], capsys)
+    assert rc == 2
+    assert_one_line(err, "show", "no sample of a `ulorl train` run in it", "not JSON (a torn line?)")
+    assert "give the folder" not in err  # it was given
+    (run_dir / "samples.jsonl").write_text("")  # an empty file is no error
+    from ulorl.cli import main as cli
+
+    assert cli(["show", str(run_dir)]) == 0 and "is empty (no step has finished yet)" in capsys.readouterr().out
+
+
 def test_show_of_a_step_the_run_lacks_exits_2(tmp_path, capsys):
     (tmp_path / "samples.jsonl").write_text(_sample(1) + "\n" + _sample(2, "g1", "g1/0") + "\n")
     rc, err = run(["show", str(tmp_path), "--step", "99"], capsys)

@@ -43,7 +43,11 @@ def read_samples(run: str | Path) -> list[dict]:
     A line that is not a JSON object with an integer `step` and string `group_id` and `sample_id` (a torn
     last line, bytes that are not UTF-8, a list, `"step": "1"`) is skipped; how many, and the first one by
     line number, is printed."""
-    records, skipped = read_jsonl_records(_samples_path(run), _sample_problem)
+    path = _samples_path(run)
+    records, skipped = read_jsonl_records(path, _sample_problem)
+    if skipped and not records:  # not a run's samples (another JSONL file), or only a torn line so far
+        hint = "" if Path(run).is_dir() else "; give the folder of a `ulorl train` run or its samples.jsonl"
+        raise ShowError(f"{path}: no sample of a `ulorl train` run in it ({skipped}){hint}")
     if skipped:
         print(skipped)
     return records
