@@ -55,7 +55,7 @@ def make_run_dir(path: str | Path) -> Path:
     Raises OSError naming the path when it is a file, lies under a file, or cannot be written."""
     path = Path(path)
     if path.exists() and not path.is_dir():
-        raise FileExistsError(errno.EEXIST, "exists and is not a folder", str(path))
+        raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path))  # the CLI adds what it means
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     if not os.access(path, os.W_OK | os.X_OK):
         raise PermissionError(errno.EACCES, "Permission denied (the run folder is not writable)", str(path))
