@@ -127,7 +127,7 @@ def test_a_read_only_output_folder_is_one_line(tmp_path, capsys, monkeypatch):
         ro.chmod(0o700)
     rc, err = run(["train", "-o", str(ro / "run"), *QUICK], capsys)
     assert rc == 2
-    assert_one_line(err, "train", "ro/run", "ermission denied")
+    assert_one_line(err, "train", f"{ro / 'run'}: Permission denied (choose a path you can write)")
 
 
 def test_run_folders_are_private(tmp_path, capsys):

@@ -238,14 +238,15 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # -- one handler for every user error --------------------------------------------------------------
-# what an OSError means for the user, by errno (the message names the path the error concerns)
+# what an OSError means for the user, by errno, after its own text (the message names the path the error
+# concerns); no flag is named: each command names its output differently
 _OS_HINTS = {
     errno.ENOSPC: "the disk is full; free space and run again (train: --resume auto continues from the last "
                   "complete checkpoint)",
     errno.EDQUOT: "the disk quota is exceeded; free space and run again",
-    errno.EACCES: "permission denied; choose a path you can write (--output-dir)",
-    errno.EPERM: "operation not permitted; choose a path you can write (--output-dir)",
-    errno.EROFS: "the file system is read-only; choose another --output-dir",
+    errno.EACCES: "choose a path you can write",
+    errno.EPERM: "choose a path you can write",
+    errno.EROFS: "choose a path on a file system that can be written",
     errno.ENOTDIR: "a part of this path is a file, not a folder",
     errno.EEXIST: "it exists and is not a folder",
     errno.EISDIR: "it is a folder where a file is expected",

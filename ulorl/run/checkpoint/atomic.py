@@ -58,5 +58,5 @@ def make_run_dir(path: str | Path) -> Path:
         raise FileExistsError(errno.EEXIST, os.strerror(errno.EEXIST), str(path))  # the CLI adds what it means
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     if not os.access(path, os.W_OK | os.X_OK):
-        raise PermissionError(errno.EACCES, "Permission denied (the run folder is not writable)", str(path))
+        raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
     return path
