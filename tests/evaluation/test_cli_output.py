@@ -35,3 +35,21 @@ def test_an_output_that_is_a_file_fails_before_the_evaluation(tmp_path, tiny_mod
     err = capsys.readouterr().err.strip()
     assert err.startswith("ulorl eval: error: ") and "afile" in err and "exists and is not a folder" in err
     assert (tmp_path / "afile").read_text() == "x"
+
+
+
+def test_a_source_without_one_usable_prompt_fails_before_the_model_loads(tmp_path, tiny_model_dir, capsys,
+                                                                        monkeypatch):
+    # it was a traceback from the evaluator, after the model and the engine had loaded
+    monkeypatch.setattr(eval_cli, "output_dir", lambda *a: (_ for _ in ()).throw(AssertionError("model loaded")))
+    empty, long = tmp_path / "empty.jsonl", tmp_path / "long.jsonl"
+    empty.write_text("")
+    long.write_text(json.dumps({"prompt": "one two three four five six seven", "answer": "1"}) + "\n")
+    expected = {empty: "0/0 rows loaded, 0 bad rows skipped, 0 prompts too long dropped",
+                long: "0/1 rows loaded, 0 bad rows skipped, 1 prompt too long dropped"}
+    for source, summary in expected.items():
+        argv = ["eval", "--model", str(tiny_model_dir), *ARGS[2:], "--data", str(source), "--max-prompt-len", "8",
+                "-o", str(tmp_path / "ev")]
+        assert main(argv) == 2
+        assert capsys.readouterr().err == f"ulorl eval: error: {source}: {summary}: no usable prompts\n"
+    assert not (tmp_path / "ev").exists()
