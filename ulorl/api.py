@@ -34,7 +34,7 @@ from typing import Any
 from ulorl.config import RunConfig, build, check_runnable, load_run_config, to_dict
 from ulorl.config.loader import ConfigError, deep_merge
 from ulorl.config.reward import RewardFnConfig
-from ulorl.run.checkpoint.atomic import atomic_write_text
+from ulorl.durable import atomic_write_text
 
 __all__ = ["RunConfig", "Trainer", "make_config"]
 

@@ -23,9 +23,9 @@ from ulorl.data.formats import Storage, detect_storage, output_storage, write_ro
 from ulorl.data.loaders import read_source, validate_source
 from ulorl.data.records import DataError, counted
 from ulorl.data.validate import RowSchema, ValidRow, get_path, guess_schema, set_path
+from ulorl.durable import atomic_write_text
 from ulorl.reward.cli_args import add_reward_arguments, reward_config_from_args
 from ulorl.rollout.engines.registry import EngineName
-from ulorl.run.checkpoint.atomic import atomic_write_text
 
 EXAMPLES_PER_REASON = 3
 EXAMPLE_CHARS = 200

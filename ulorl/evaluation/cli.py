@@ -286,7 +286,7 @@ def run_eval(args: argparse.Namespace) -> int:
     from ulorl.reward import RewardManager
     from ulorl.rollout.engines.base import close_engine
     from ulorl.rollout.engines.registry import build_engine
-    from ulorl.run.checkpoint import atomic_write_text
+    from ulorl.durable import atomic_write_text
     from ulorl.run.numerics import apply_cpu_numerics, numerics_report
     from ulorl.run.session import set_aside_earlier_run
 

@@ -48,7 +48,7 @@ from pathlib import Path
 import numpy as np
 
 from ulorl.config import PipelineMode
-from ulorl.run.checkpoint.atomic import atomic_write_text
+from ulorl.durable import atomic_write_text
 
 # count name -> the CostModel field that prices it
 FEATURES: dict[str, str] = {

@@ -15,6 +15,7 @@ from pathlib import Path
 
 from ulorl.config import RunConfig
 from ulorl.data import load_prompts
+from ulorl.durable import atomic_write_text
 from ulorl.errors import UlorlError
 from ulorl.evaluation import evaluate
 from ulorl.evaluation.reference import reference_means, referenced_rows, score_eval_references
@@ -23,7 +24,6 @@ from ulorl.models import eos_token_ids, load_model, load_tokenizer
 from ulorl.reward import RewardManager
 from ulorl.rollout.engines.base import close_engine
 from ulorl.rollout.engines.registry import build_engine
-from ulorl.run.checkpoint.atomic import atomic_write_text
 from ulorl.run.console import say
 from ulorl.run.session import set_aside_earlier_run
 from ulorl.run.sft import run_sft, sft_outcome

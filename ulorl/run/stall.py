@@ -18,10 +18,10 @@ from collections.abc import Callable
 from pathlib import Path
 
 from ulorl.data.records import counted
+from ulorl.durable import atomic_write_text
 from ulorl.errors import UlorlError
 from ulorl.logging.base import json_text
 from ulorl.rollout.collect import BatchStalled, RoundsSeen
-from ulorl.run.checkpoint.atomic import atomic_write_text
 from ulorl.run.console import say
 from ulorl.run.samples_log import clip_text
 

@@ -46,7 +46,8 @@ at once (`os._exit(137)`, like SIGKILL) at one of the phases in `CRASH_PHASES`, 
 (any step without `@`). Used by tests/run/checkpoint/test_resume_kill.py; never set it otherwise.
 """
 
-from ulorl.run.checkpoint.atomic import atomic_write_text, make_run_dir
+from ulorl.durable import atomic_write_text
+from ulorl.run.checkpoint.atomic import make_run_dir
 from ulorl.run.checkpoint.find import (check_run_state, existing_checkpoints, find_resumable, load_checkpoint,
                                       resolve_resume_path, verify_checkpoint)
 from ulorl.run.checkpoint.resume import ResumeDecision, commit_resumed, compare_configs, decide_resume

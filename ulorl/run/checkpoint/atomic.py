@@ -1,8 +1,8 @@
-"""Durable writes: fsync, replace-or-keep text files, checksums, the private run folder."""
+"""Durable writes for checkpoints: fsync, checksums, the private run folder (replacing a text file whole is
+`ulorl.durable`'s, a leaf every layer may use)."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import hashlib
 import os
@@ -28,25 +28,6 @@ def sha256(path: Path) -> str:
         for block in iter(lambda: f.read(1 << 20), b""):
             h.update(block)
     return h.hexdigest()
-
-
-def atomic_write_text(path: str | Path, text: str) -> None:
-    """Replace `path` with `text` or leave it as it was: a full disk never leaves it empty or torn. An `OSError`
-    names `path`, not the temporary file beside it (`path` a folder, its parent missing or read-only)."""
-    path = Path(path)
-    tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
-    try:
-        with open(tmp, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException as e:
-        with contextlib.suppress(OSError):  # never written (its folder missing or a file), or gone
-            tmp.unlink()
-        if isinstance(e, OSError) and e.filename == str(tmp):
-            raise type(e)(e.errno, e.strerror, str(path)) from e
-        raise
 
 
 def make_run_dir(path: str | Path) -> Path:

@@ -12,8 +12,9 @@ from pathlib import Path
 
 import torch
 
+from ulorl.durable import atomic_write_text
 from ulorl.errors import UlorlError
-from ulorl.run.checkpoint.atomic import atomic_write_text, fsync_dir, fsync_file, sha256
+from ulorl.run.checkpoint.atomic import fsync_dir, fsync_file, sha256
 from ulorl.run.checkpoint.state import rng_state, torch_rng_state
 
 MANIFEST = "MANIFEST.json"

@@ -2,7 +2,7 @@
 
 import pytest
 
-from ulorl.run.checkpoint.atomic import atomic_write_text
+from ulorl.durable import atomic_write_text
 
 
 def test_it_replaces_the_file_whole_and_leaves_nothing_beside_it(tmp_path):
