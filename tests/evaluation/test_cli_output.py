@@ -37,7 +37,6 @@ def test_an_output_that_is_a_file_fails_before_the_evaluation(tmp_path, tiny_mod
     assert (tmp_path / "afile").read_text() == "x"
 
 
-
 def test_a_source_without_one_usable_prompt_fails_before_the_model_loads(tmp_path, tiny_model_dir, capsys,
                                                                         monkeypatch):
     # it was a traceback from the evaluator, after the model and the engine had loaded
