@@ -76,6 +76,12 @@ CONFIG_CASES = {
                                  ["a `ulorl sft` run", "logs no samples", "`ulorl eval --model ", "/sft/model`"]),
     "export of a `ulorl sft` run": (lambda t: ["export", str(_sft_run(t))], "export",
                                    ["a `ulorl sft` run", "already a plain Hugging Face folder: ", "/sft/model"]),
+    "a train data file that is not there, before the warm start": (
+        lambda t: ["train", "-o", str(t / "run"), "model.warm_start=sft", "sft.steps=1", "logging.progress=false",
+                   f"data.train={t / 'missing.jsonl'}"], "train", ["missing.jsonl: no such file or folder"]),
+    "an eval data file no format reads, before the warm start": (
+        lambda t: ["train", "-o", str(t / "run"), "model.warm_start=sft", "sft.steps=1", "logging.progress=false",
+                   f"data.eval={_file(t)}"], "train", ["afile: cannot tell the format from the name"]),
     "eval's pass@k above its k": (lambda t: ["eval", "--k", "4", "--pass-k", "1", "8", "-o", str(t / "ev")], "eval",
                                   ["--pass-k 1 8", "--k is 4", "raise --k to 8"]),
 }

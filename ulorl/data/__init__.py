@@ -6,7 +6,8 @@ which samples models and scores answers, lives above it in :mod:`ulorl.cleaning`
 config section is `ulorl.config.data`.
 """
 
-from ulorl.data.loaders import load_prompts, load_source, render_prompt
+from ulorl.data.loaders import check_sources, load_prompts, load_source, render_prompt
 from ulorl.data.records import DataError, LoadReport, PromptRecord
 
-__all__ = ["DataError", "LoadReport", "PromptRecord", "load_prompts", "load_source", "render_prompt"]
+__all__ = ["DataError", "LoadReport", "PromptRecord", "check_sources", "load_prompts", "load_source",
+           "render_prompt"]

@@ -94,8 +94,9 @@ def check_regular_file(path: str | Path) -> None:
         raise DataError(f"{path}: is {kind}; give a regular data file")
 
 
-def read_rows(path: str | Path, storage: Storage, split: str = "train") -> list[dict | RowIssue]:
-    """All rows of a source, in file order (the index is the row's stable id)."""
+def check_readable(path: str | Path, storage: Storage) -> None:
+    """DataError unless `path` exists as `storage` reads it: a folder for a save_to_disk dataset, else a regular
+    file. Cheap: run before work that would be lost to a missing file (a warm start)."""
     p = Path(path)
     if not p.exists():
         raise DataError(f"{path}: no such file or folder")
@@ -104,6 +105,12 @@ def read_rows(path: str | Path, storage: Storage, split: str = "train") -> list[
                         "or format disk for a datasets.save_to_disk folder")
     if storage is not Storage.DISK:
         check_regular_file(p)
+
+
+def read_rows(path: str | Path, storage: Storage, split: str = "train") -> list[dict | RowIssue]:
+    """All rows of a source, in file order (the index is the row's stable id)."""
+    check_readable(path, storage)
+    p = Path(path)
     if storage is Storage.DISK:
         return _read_disk(p, split)
     return _read_parquet(p) if storage is Storage.PARQUET else _read_jsonl(p)

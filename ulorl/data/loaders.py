@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from ulorl.config.data import DataConfig, DataFormat
-from ulorl.data.formats import Storage, detect_storage, read_rows
+from ulorl.data.formats import Storage, check_readable, detect_storage, read_rows
 from ulorl.data.records import DataError, LoadReport, PromptRecord, RowIssue, counted
 from ulorl.data.validate import RowSchema, ValidRow, guess_schema, validate_row, verl_schema
 from ulorl.tasks import TASKS, task_rows
@@ -37,8 +37,7 @@ class RawSource:
 def builtin_rows(source: str, cfg: DataConfig, split: str) -> list[dict]:
     """The rows of built-in task `source` for `split` as `cfg` draws them (size, seed, size law); a train
     row's index is its `prompt_id`."""
-    if source not in BUILTINS:
-        raise DataError(f"unknown built-in source {source!r}; valid: {list(BUILTINS)}")
+    _check_builtin(source)
     if split == "train":
         uniform = cfg.uniform if cfg.train_uniform is None else cfg.train_uniform
         return task_rows(source, cfg.train_size, seed=cfg.seed, split="train", alpha=cfg.alpha, uniform=uniform)
@@ -52,6 +51,23 @@ def _storage_for(path: str, fmt: DataFormat) -> Storage:
     if fmt is DataFormat.DISK:
         return Storage.DISK
     return detect_storage(path)  # auto, verl and trl: parquet, jsonl or folder by name
+
+
+def check_sources(cfg: DataConfig) -> None:
+    """DataError naming the first source of `cfg.train` or `cfg.eval` that cannot be read: an unknown built-in
+    task, a file or folder that is not there, an extension no format reads. Nothing is read: `ulorl train`
+    checks this before its warm start, which would otherwise run for minutes and then stop at the data."""
+    fmt = DataFormat(cfg.format)
+    for source in cfg.sources("train") + cfg.sources("eval"):
+        if source.startswith("builtin:"):
+            _check_builtin(source)
+        else:
+            check_readable(source, _storage_for(source, fmt))
+
+
+def _check_builtin(source: str) -> None:
+    if source not in BUILTINS:
+        raise DataError(f"unknown built-in source {source!r}; valid: {list(BUILTINS)}")
 
 
 def read_source(source: str, cfg: DataConfig, split: str = "train") -> RawSource:

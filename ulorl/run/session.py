@@ -1,7 +1,8 @@
 """The session of a run: the steps before its loop (`open_session`), and `TrainSession`, the state of a run.
 
 `open_session`, in order:
-1. the config is checked against this machine (`check_runnable`), the run folder made and locked
+1. the config is checked against this machine (`check_runnable`) and its data sources for existence
+   (`check_sources`), the run folder made and locked
    (`RunLock`: one process per folder; the session releases it when it closes);
 2. the resume decision (`checkpoint.decide_resume`): its notes are printed, its error raised; a fresh
    start moves an earlier run's outputs aside (`set_aside_earlier_run`);
@@ -30,7 +31,7 @@ import torch
 
 from ulorl.config import RunConfig, bound_by_machine, check_runnable, dump_yaml, to_dict
 from ulorl.config.logging import default_table_every
-from ulorl.data import PromptRecord, load_prompts
+from ulorl.data import PromptRecord, check_sources, load_prompts
 from ulorl.distributed.placement import Placement, build_placement
 from ulorl.evaluation.reference import referenced_rows
 from ulorl.logging.base import json_text
@@ -66,6 +67,7 @@ def open_session(cfg: RunConfig, run_dir: str | Path, resume: str | None = None)
     thread count for this process, bounded by the machine (the warm start included)."""
     apply_cpu_numerics(cfg.train.cpu_numerics)
     check_runnable(cfg)
+    check_sources(cfg.data)  # a missing data file stops the run here, not after minutes of warm start
     show_rollout_notes()
     warning = context_warning(cfg)
     if warning:
