@@ -82,6 +82,9 @@ CONFIG_CASES = {
     "an eval data file no format reads, before the warm start": (
         lambda t: ["train", "-o", str(t / "run"), "model.warm_start=sft", "sft.steps=1", "logging.progress=false",
                    f"data.eval={_file(t)}"], "train", ["afile: cannot tell the format from the name"]),
+    "sft's held-out file that is not there, before the SFT": (
+        lambda t: ["sft", "-o", str(t / "run"), "sft.steps=1", "logging.progress=false",
+                   f"data.eval={t / 'missing.jsonl'}"], "sft", ["missing.jsonl: no such file or folder"]),
     "eval's pass@k above its k": (lambda t: ["eval", "--k", "4", "--pass-k", "1", "8", "-o", str(t / "ev")], "eval",
                                   ["--pass-k 1 8", "--k is 4", "raise --k to 8"]),
 }
@@ -95,6 +98,7 @@ def test_config_errors_are_one_line(case, tmp_path, capsys, monkeypatch):
     assert rc == 2
     assert_one_line(err, command, *words)
     assert not (tmp_path / "run" / "warm_start").exists()  # failed before the warm start
+    assert not (tmp_path / "run" / "model").exists()  # ... or before the SFT
 
 
 def test_debug_shows_the_traceback(tmp_path, capsys):

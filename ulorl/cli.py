@@ -140,6 +140,7 @@ def _paired(p: dict) -> str:
 
 def cmd_sft(args) -> int:
     from ulorl.config import check_runnable, dump_yaml
+    from ulorl.data import check_sources
     from ulorl.run.checkpoint import atomic_write_text, make_run_dir
     from ulorl.run.lock import RunLock
     from ulorl.run.numerics import apply_cpu_numerics
@@ -149,6 +150,7 @@ def cmd_sft(args) -> int:
     cfg = _load_cfg(args)
     apply_cpu_numerics(cfg.train.cpu_numerics)  # before any tensor operation, as `ulorl train` does
     check_runnable(cfg)
+    check_sources(cfg.data, ("eval",))  # the SFT trains on its built-in task and is scored on data.eval
     use_train_threads(cfg)
     run_dir = make_run_dir(_run_dir(args, "sft"))
     with RunLock.acquire(run_dir):  # one process per folder, as for train

@@ -53,12 +53,13 @@ def _storage_for(path: str, fmt: DataFormat) -> Storage:
     return detect_storage(path)  # auto, verl and trl: parquet, jsonl or folder by name
 
 
-def check_sources(cfg: DataConfig) -> None:
-    """DataError naming the first source of `cfg.train` or `cfg.eval` that cannot be read: an unknown built-in
-    task, a file or folder that is not there, an extension no format reads. Nothing is read: `ulorl train`
-    checks this before its warm start, which would otherwise run for minutes and then stop at the data."""
+def check_sources(cfg: DataConfig, splits: tuple[str, ...] = ("train", "eval")) -> None:
+    """DataError naming the first source of `splits` that cannot be read: an unknown built-in task, a file or
+    folder that is not there, an extension no format reads. Nothing is read: `ulorl train` checks this before
+    its warm start (and `ulorl sft` its held-out set before the SFT), which would otherwise run for minutes and
+    then stop at the data."""
     fmt = DataFormat(cfg.format)
-    for source in cfg.sources("train") + cfg.sources("eval"):
+    for source in [s for split in splits for s in cfg.sources(split)]:
         if source.startswith("builtin:"):
             _check_builtin(source)
         else:
