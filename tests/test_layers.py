@@ -180,7 +180,8 @@ def test_the_planner_shares_the_step_rule_without_the_run():
 
 def test_the_top_level_holds_only_entry_points_and_shared_leaves():
     files = {p.name for p in (ROOT / "ulorl").glob("*.py")}
-    assert files <= TOP_LEVEL_FILES and len(files) <= 9, f"loose files at the top level: {sorted(files - TOP_LEVEL_FILES)}"
+    assert files <= TOP_LEVEL_FILES and len(files) <= 9, \
+        f"loose files at the top level: {sorted(files - TOP_LEVEL_FILES)}"
 
 
 def test_no_component_package_holds_a_config_section():
