@@ -100,4 +100,30 @@ def test_fit_table_and_cli(capsys):
     assert single["update_increment"] < out["rows"][0]["update_increment"]
     assert main(["plan", "--memory", "--model", "qwen2.5-0.5b", "--sp", "4"]) == 2  # 14 heads, 2 KV heads
     assert "--sp 4 must divide the 14 heads and 2 KV heads" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("flags, message", [
+    (["--lengths-k", "inf"], "--lengths-k 'inf': 'inf' is not a length of at least one token, in thousands"),
+    (["--lengths-k", "32,abc"], "--lengths-k '32,abc': 'abc' is not a length"),
+    (["--lengths-k", "0.0001"], "'0.0001' is not a length of at least one token"),
+    (["--lengths-k", ","], "--lengths-k ',': give one or more lengths"),
+    (["--gpu-gib", "nan"], "--gpu-gib nan: must be a positive number"),
+    (["--gpu-gib", "-5"], "--gpu-gib -5.0: must be a positive number"),
+    (["--kv-bytes", "0"], "--kv-bytes 0: must be a positive number"),
+    (["--kv-seqs", "-1"], "--kv-seqs -1: must be 0 or more"),
+])
+def test_memory_flags_out_of_range_are_one_line(flags, message, capsys):
+    # 'inf' was an OverflowError's traceback, 'nan' "cannot convert float NaN to integer", and a GPU of nan or -5
+    # GiB a table of "not within 64 GPUs"
+    from ulorl.cli import main
+
+    assert main(["plan", "--memory", "--model", "qwen2.5-0.5b", *flags]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("ulorl plan: error: ") and message in err and len(err.splitlines()) == 1, err
+
+
+def test_lengths_k_keeps_an_empty_item_out():
+    from ulorl.plan.memory_cli import parse_lengths_k
+
+    assert parse_lengths_k("32, 64,") == [32768, 65536] and parse_lengths_k("0.5") == [512]
     assert set(KNOWN_SHAPES) == {"qwen3-4b", "qwen3-30b-a3b", "qwen2.5-0.5b"}

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import sys
 
 from ulorl.plan.memory import GIB, LearnerSetup, fit_table, kv_cache_bytes, learner_memory, load_shape
@@ -38,12 +39,35 @@ def add_memory_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--gpu-gib", type=float, default=141.0, help="GPU memory for the fit table (H200: 141)")
 
 
+def parse_lengths_k(text: str) -> list[int]:
+    """`--lengths-k` ("32,64,128", thousands of tokens) -> tokens per sample (x1024); a ValueError naming the flag
+    for anything but finite numbers of at least one token."""
+    items = [x.strip() for x in text.split(",") if x.strip()]
+    if not items:
+        raise ValueError(f"--lengths-k {text!r}: give one or more lengths in thousands of tokens (e.g. 32,64,128)")
+    lengths = []
+    for item in items:
+        try:
+            tokens = float(item) * 1024
+        except ValueError:
+            tokens = math.nan
+        if not (math.isfinite(tokens) and tokens >= 1):
+            raise ValueError(f"--lengths-k {text!r}: {item!r} is not a length of at least one token, in thousands "
+                             "(e.g. --lengths-k 32,64,128)")
+        lengths.append(int(tokens))
+    return lengths
+
+
 def run_memory(args) -> int:
     try:
         shape = load_shape(args.model)
-        lengths = [int(float(x) * 1024) for x in args.lengths_k.split(",") if x.strip()]
-        if not lengths or min(lengths) < 1 or args.sp < 1 or args.fsdp_ranks < 1:
-            raise ValueError("--lengths-k, --sp and --fsdp-ranks must be positive")
+        lengths = parse_lengths_k(args.lengths_k)
+        for flag, value in (("--sp", args.sp), ("--fsdp-ranks", args.fsdp_ranks), ("--logit-chunk", args.logit_chunk),
+                            ("--kv-bytes", args.kv_bytes), ("--gpu-gib", args.gpu_gib)):
+            if not (math.isfinite(value) and value > 0):
+                raise ValueError(f"{flag} {value}: must be a positive number")
+        if args.kv_seqs < 0:
+            raise ValueError(f"--kv-seqs {args.kv_seqs}: must be 0 or more")
         if shape.heads % args.sp or shape.kv_heads % args.sp:
             raise ValueError(f"--sp {args.sp} must divide the {shape.heads} heads and {shape.kv_heads} KV heads")
     except ValueError as e:
