@@ -163,7 +163,7 @@ def format_step(records: list[dict], step: int, status: str = "all", limit: int 
             elif chars and "response" not in m:
                 lines.append("    (no text recorded: logging.sample_text_chars was 0, or the run predates it)")
     if len(groups) > len(shown):
-        lines.append(f"\n... {len(groups) - len(shown)} more groups (--limit 0 shows all)")
+        lines.append(f"\n... {counted(len(groups) - len(shown), 'more group')} (--limit 0 shows all)")
     return "\n".join(lines)
 
 
@@ -183,6 +183,8 @@ class ShowError(UlorlError):
 
 
 def run_show(args: argparse.Namespace) -> int:
+    if args.limit < 0:  # a slice would show all groups but that many
+        raise ShowError(f"--limit {args.limit}: give a number of groups, or 0 for all")
     records = read_samples(args.run)
     if not records:
         print(f"{args.run}: samples.jsonl is empty (no step has finished yet)")
