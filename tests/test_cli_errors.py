@@ -72,6 +72,12 @@ CONFIG_CASES = {
     "clean's model steps on a CUDA device that is not there": (
         lambda t: ["clean", "--input", "builtin:chain", "-o", str(t / "c.jsonl"), "--model", "builtin",
                    "--device", "cuda:64"], "clean", ["--device='cuda:64'", "no such device"]),
+    "clean's --k 0 (it was a traceback)": (
+        lambda t: ["clean", "--input", "builtin:chain", "-o", str(t / "c.jsonl"), "--k", "0"], "clean",
+        ["--k must be >= 1, got 0"]),
+    "clean's --consensus-threshold nan": (
+        lambda t: ["clean", "--input", "builtin:chain", "-o", str(t / "c.jsonl"), "--consensus-threshold", "nan"],
+        "clean", ["--consensus-threshold must be in (0, 1], got nan"]),
     "show of a `ulorl sft` run": (lambda t: ["show", str(_sft_run(t))], "show",
                                  ["a `ulorl sft` run", "logs no samples", "`ulorl eval --model ", "/sft/model`"]),
     "export of a `ulorl sft` run": (lambda t: ["export", str(_sft_run(t))], "export",

@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -24,6 +25,7 @@ from ulorl.data.loaders import read_source, validate_source
 from ulorl.data.records import DataError, counted
 from ulorl.data.validate import RowSchema, ValidRow, get_path, guess_schema, set_path
 from ulorl.durable import atomic_write_text
+from ulorl.errors import ConfigError
 from ulorl.reward.cli_args import add_reward_arguments, reward_config_from_args
 from ulorl.rollout.engines.registry import EngineName
 
@@ -217,9 +219,12 @@ def run_clean(args: argparse.Namespace) -> int:
     data_cfg = DataConfig(format=args.format, prompt_key=args.prompt_key, answer_key=args.answer_key,
                           data_source_key=args.data_source_key, on_bad_row=args.on_bad_row)
     steps = args.steps or ",".join(s.value for s in RULE_STEPS + (MODEL_STEPS if args.model else []))
-    options = CleanOptions(k=args.k, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
-                           batch_size=args.batch_size, seed=args.seed, max_answer_chars=args.max_answer_chars,
-                           max_list_items=args.max_list_items, consensus_threshold=args.consensus_threshold)
+    try:
+        options = CleanOptions(k=args.k, temperature=args.temperature, max_new_tokens=args.max_new_tokens,
+                               batch_size=args.batch_size, seed=args.seed, max_answer_chars=args.max_answer_chars,
+                               max_list_items=args.max_list_items, consensus_threshold=args.consensus_threshold)
+    except ValueError as e:  # named as the flag the user typed: clean.max_new_tokens -> --max-new-tokens
+        raise ConfigError(re.sub(r"clean\.(\w+)", lambda m: "--" + m.group(1).replace("_", "-"), str(e))) from None
     try:
         parse_steps(steps)  # fail on a typo before reading anything
     except ValueError as e:
