@@ -76,7 +76,7 @@ def checkpoint_of(run_dir: str | Path, step: int | None = None) -> Path:
             raise CheckpointError(f"{run_dir}: a `ulorl sft` run, whose model is already a plain Hugging Face "
                                   f"folder: {model}")
     if path is None:
-        why = f"{'; '.join(notes)}" if notes else "is it a ulorl train run folder?"
+        why = "; ".join(notes) if notes else "is it a ulorl train run folder?"
         raise CheckpointError(f"{run_dir}: no complete checkpoint to export ({why})")
     return path
 
