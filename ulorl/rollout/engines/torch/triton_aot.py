@@ -96,7 +96,7 @@ def resource_usage(cubin: bytes, kernel: str) -> tuple[int, int]:
 
 
 def compile_launch(launch, arch: int = 90) -> KernelBuild:
-    """Compile one `triton_decode.Launch` for sm_`arch`, specialised on its arguments as the JIT would at launch."""
+    """Compile one `triton_launch.Launch` for sm_`arch`, specialised on its arguments as the JIT would at launch."""
     triton, knobs, GPUTarget, CUDABackend, ASTSource, create_binder = _triton_parts()
     fn = launch.kernel
     if not hasattr(fn, "_pack_args"):

@@ -31,14 +31,13 @@ Triton's CUDA backend and reports their shared memory, registers and spills (`be
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 import triton
 import triton.language as tl
 
 from ulorl.rollout.engines.torch.table_attention import triton_interpreting
 from ulorl.rollout.engines.torch.triton_interpreter import patch_interpreter
+from ulorl.rollout.engines.torch.triton_launch import Launch
 
 INTERPRETING = triton_interpreting()
 patch_interpreter()
@@ -123,19 +122,6 @@ def _merge_kernel(OP, LP, OUT,
 
 def _pow2_at_least_16(n: int) -> int:
     return max(16, triton.next_power_of_2(n))
-
-
-@dataclass
-class Launch:
-    """One kernel launch: `kernel[grid](*args, **kwargs)` (kwargs: the constexprs and the launch options)."""
-
-    kernel: object  # a `triton.jit` function
-    grid: tuple[int, ...]
-    args: tuple
-    kwargs: dict
-
-    def run(self) -> None:
-        self.kernel[self.grid](*self.args, **self.kwargs)
 
 
 def decode_launches(q: torch.Tensor, k_tokens: torch.Tensor, v_tokens: torch.Tensor, table: torch.Tensor,
