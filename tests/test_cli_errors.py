@@ -82,6 +82,9 @@ CONFIG_CASES = {
                                  ["a `ulorl sft` run", "logs no samples", "`ulorl eval --model ", "/sft/model`"]),
     "export of a `ulorl sft` run": (lambda t: ["export", str(_sft_run(t))], "export",
                                    ["a `ulorl sft` run", "already a plain Hugging Face folder: ", "/sft/model"]),
+    "export of a folder that is not there": (lambda t: ["export", str(t / "norun")], "export",
+                                             ["norun: no such folder", "give the folder of a `ulorl train` run"]),
+    "export of a file": (lambda t: ["export", str(_file(t))], "export", ["afile: is a file, not a run folder"]),
     "a train data file that is not there, before the warm start": (
         lambda t: ["train", "-o", str(t / "run"), "model.warm_start=sft", "sft.steps=1", "logging.progress=false",
                    f"data.train={t / 'missing.jsonl'}"], "train", ["missing.jsonl: no such file or folder"]),

@@ -59,6 +59,9 @@ def check_export_target(out: str | Path) -> None:
 
 def checkpoint_of(run_dir: str | Path, step: int | None = None) -> Path:
     """The verified checkpoint of `run_dir` to export: step `step`, or the one a resume would pick."""
+    if not Path(run_dir).is_dir():
+        what = "is a file, not a run folder" if Path(run_dir).exists() else "no such folder"
+        raise CheckpointError(f"{run_dir}: {what} (give the folder of a `ulorl train` run)")
     root = Path(run_dir) / CHECKPOINTS
     if step is not None:
         path = step_dir(root, step)
