@@ -1,0 +1,149 @@
+"""The examples in the README and docs/ stay true to the library and the CLI.
+
+Python: the examples name real functions, called with arguments their signatures take.
+
+The examples are fragments (their tensors come from the reader's trainer), so they are not run. Each `from ulorl...
+import` must import; each call of an imported name, and each method call on an object made from an imported class
+(`v = Name(...)` or `with Name(...) as v`), must bind to the signature (as many positional arguments, the same
+keywords). A renamed function, method or keyword in the library fails here, not in a user's hands.
+
+Shell: each `ulorl ...` line of a code block parses with that command's own parser (its flags and their values),
+a preset it names from `configs/` exists, and its `key=value` overrides load onto that preset (or the defaults,
+when the preset is the reader's own file), as `ulorl config` would. Nothing is run.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+import inspect
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def snippets() -> list[tuple[str, str]]:
+    """(`file:line`, code) of every ```python block."""
+    out = []
+    for path in DOCS:
+        text = path.read_text(encoding="utf-8")
+        for m in re.finditer(r"```python\n(.*?)```", text, re.S):
+            out.append((f"{path.relative_to(ROOT)}:{text[:m.start()].count(chr(10)) + 1}", m.group(1)))
+    return out
+
+
+SNIPPETS = snippets()
+
+
+def test_the_docs_hold_python_examples():
+    assert len(SNIPPETS) >= 5, [where for where, _ in SNIPPETS]
+
+
+@pytest.mark.parametrize("where,code", SNIPPETS, ids=[where for where, _ in SNIPPETS])
+def test_an_example_imports_real_names_and_calls_them_as_they_are_declared(where, code):
+    tree = ast.parse(code)
+    names = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("ulorl"):
+            module = importlib.import_module(node.module)
+            for alias in node.names:
+                assert hasattr(module, alias.name), f"{where}: {node.module} has no {alias.name}"
+                names[alias.asname or alias.name] = getattr(module, alias.name)
+    assert names, f"{where}: imports nothing from ulorl"
+    objects = {}  # variable -> the imported class it was made from
+    for node in ast.walk(tree):
+        made = [(node.targets, node.value)] if isinstance(node, ast.Assign) else []
+        made += [([i.optional_vars], i.context_expr) for i in getattr(node, "items", [])]
+        for targets, value in made:
+            if isinstance(value, ast.Call) and isinstance(value.func, ast.Name) and \
+                    inspect.isclass(names.get(value.func.id)):
+                objects.update({t.id: names[value.func.id] for t in targets if isinstance(t, ast.Name)})
+    for node in ast.walk(tree):
+        if not isinstance(node, ast.Call):
+            continue
+        f = node.func
+        if isinstance(f, ast.Name) and f.id in names:
+            fn, what, bound = names[f.id], f.id, []
+        elif isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id in objects:
+            cls = objects[f.value.id]
+            assert hasattr(cls, f.attr), f"{where}: {cls.__name__} has no {f.attr}"
+            fn, what, bound = getattr(cls, f.attr), f"{cls.__name__}.{f.attr}", [None]  # None for self
+        else:
+            continue
+        if any(isinstance(a, ast.Starred) for a in node.args) or any(k.arg is None for k in node.keywords):
+            continue  # *args / **kwargs: nothing to count
+        if len(node.args) == 1 and isinstance(node.args[0], ast.Constant) and node.args[0].value is Ellipsis:
+            continue  # `f(...)`: arguments elided
+        sig = inspect.signature(fn)
+        try:
+            sig.bind(*bound, *[None] * len(node.args), **{k.arg: None for k in node.keywords})
+        except TypeError as e:
+            pytest.fail(f"{where}: {ast.unparse(node)[:80]} does not fit {what}{sig}: {e}")
+
+
+def command_lines() -> list[tuple[str, list[str]]]:
+    """(`file:line`, argv after `ulorl`) of each `ulorl` command in a fenced code block: continuation lines joined,
+    comments dropped, `$NAME` replaced by a `NAME="..."` set earlier in the block; printed output is left out."""
+    out = []
+    for path in DOCS:
+        lines, fence, start, block = path.read_text(encoding="utf-8").splitlines(), False, 0, []
+        for i, line in enumerate(lines, 1):
+            if line.lstrip().startswith("```"):
+                if fence:
+                    out += _commands(f"{path.relative_to(ROOT)}:{start}", block)
+                fence, start, block = not fence, i, []
+            elif fence:
+                block.append(line)
+    return out
+
+
+def _commands(where: str, block: list[str]) -> list[tuple[str, list[str]]]:
+    found, env = [], {}
+    for line in re.sub(r"\\\n", " ", "\n".join(block)).splitlines():
+        if not re.match(r"\s*(ulorl\s+(-|[a-z]+(\s|$))|[A-Z_]+=)", line):
+            continue  # another program, Python, printed output (`ulorl train: error: ...`)
+        if " [-" in line:
+            continue  # a usage synopsis: `ulorl clean --input FILE [--k 8]`
+        words = shlex.split(line, comments=True)
+        if len(words) == 1 and re.fullmatch(r"[A-Z_]+=.*", words[0]):
+            name, value = words[0].split("=", 1)
+            env[name] = value
+        elif len(words) >= 2 and words[0] == "ulorl":
+            found.append((where, [x for w in words[1:] for x in (env[w[1:]].split() if w[1:] in env else [w])]))
+    return found
+
+
+COMMANDS = command_lines()
+
+
+def test_the_docs_hold_ulorl_commands():
+    assert len(COMMANDS) >= 25 and {argv[0] for _, argv in COMMANDS} >= {"train", "sft", "eval", "clean", "plot",
+                                                                          "plan", "show", "config"}
+
+
+@pytest.mark.parametrize("where,argv", COMMANDS, ids=[f"{w} {' '.join(a)[:40]}" for w, a in COMMANDS])
+def test_a_documented_command_parses_and_its_overrides_load(where, argv):
+    from ulorl.cli import build_parser, parse_args
+    from ulorl.config import load_run_config
+    from ulorl.errors import UlorlError
+
+    if "--help" in argv:
+        return  # argparse's own; the commands it names are the parser's
+    try:
+        args = parse_args(build_parser(), argv)
+    except SystemExit:
+        pytest.fail(f"{where}: `ulorl {shlex.join(argv)}` does not parse (its error is printed above)")
+    preset = getattr(args, "config", None)
+    if preset and preset.startswith("configs/"):
+        assert (ROOT / preset).is_file(), f"{where}: no preset {preset}"
+    if getattr(args, "overrides", None):
+        path = ROOT / preset if preset and (ROOT / preset).is_file() else None
+        try:
+            load_run_config(path, args.overrides)
+        except UlorlError as e:
+            pytest.fail(f"{where}: `ulorl {shlex.join(argv)}`: {e}")
