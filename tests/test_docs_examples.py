@@ -9,7 +9,9 @@ keywords). A renamed function, method or keyword in the library fails here, not 
 
 Shell: each `ulorl ...` line of a code block parses with that command's own parser (its flags and their values),
 a preset it names from `configs/` exists, and its `key=value` overrides load onto that preset (or the defaults,
-when the preset is the reader's own file), as `ulorl config` would. Nothing is run.
+when the preset is the reader's own file), as `ulorl config` would. Each `python benchmarks/X.py` or
+`bash scripts/X.sh` names a file of the repository, and each `--flag` given to it is spelt in that file (its
+argparse or its `case`). Nothing is run.
 """
 
 from __future__ import annotations
@@ -86,25 +88,30 @@ def test_an_example_imports_real_names_and_calls_them_as_they_are_declared(where
             pytest.fail(f"{where}: {ast.unparse(node)[:80]} does not fit {what}{sig}: {e}")
 
 
-def command_lines() -> list[tuple[str, list[str]]]:
-    """(`file:line`, argv after `ulorl`) of each `ulorl` command in a fenced code block: continuation lines joined,
-    comments dropped, `$NAME` replaced by a `NAME="..."` set earlier in the block; printed output is left out."""
+def shell_blocks() -> list[tuple[str, list[str]]]:
+    """(`file:line`, lines) of each fenced block that is not Python, continuation lines joined."""
     out = []
     for path in DOCS:
-        lines, fence, start, block = path.read_text(encoding="utf-8").splitlines(), False, 0, []
+        lines, fence, start, block = path.read_text(encoding="utf-8").splitlines(), None, 0, []
         for i, line in enumerate(lines, 1):
             if line.lstrip().startswith("```"):
-                if fence:
-                    out += _commands(f"{path.relative_to(ROOT)}:{start}", block)
-                fence, start, block = not fence, i, []
-            elif fence:
+                if fence is not None and fence != "python":
+                    out.append((f"{path.relative_to(ROOT)}:{start}", re.sub(r"\\\n", " ", "\n".join(block)).splitlines()))
+                fence, start, block = (line.strip("` ") if fence is None else None), i, []
+            elif fence is not None:
                 block.append(line)
     return out
 
 
+def command_lines() -> list[tuple[str, list[str]]]:
+    """(`file:line`, argv after `ulorl`) of each `ulorl` command in a fenced code block: comments dropped, `$NAME`
+    replaced by a `NAME="..."` set earlier in the block; printed output is left out."""
+    return [found for where, block in shell_blocks() for found in _commands(where, block)]
+
+
 def _commands(where: str, block: list[str]) -> list[tuple[str, list[str]]]:
     found, env = [], {}
-    for line in re.sub(r"\\\n", " ", "\n".join(block)).splitlines():
+    for line in block:
         if not re.match(r"\s*(ulorl\s+(-|[a-z]+(\s|$))|[A-Z_]+=)", line):
             continue  # another program, Python, printed output (`ulorl train: error: ...`)
         if " [-" in line:
@@ -147,3 +154,31 @@ def test_a_documented_command_parses_and_its_overrides_load(where, argv):
             load_run_config(path, args.overrides)
         except UlorlError as e:
             pytest.fail(f"{where}: `ulorl {shlex.join(argv)}`: {e}")
+
+
+def script_commands() -> list[tuple[str, str, list[str]]]:
+    """(`file:line`, script, its arguments) of each `python benchmarks/...` or `bash scripts/...` in a code block."""
+    out = []
+    for where, block in shell_blocks():
+        for line in block:
+            for part in re.split(r"&&|\|\||;|\|", line.split(" #")[0]):
+                m = re.match(r"\s*(?:\S*python3?|bash)\s+((?:benchmarks|scripts)/\S+)(.*)", part)
+                if m:
+                    out.append((where, m.group(1), m.group(2).split()))
+    return out
+
+
+SCRIPTS = script_commands()
+
+
+def test_the_docs_run_benchmarks_and_scripts():
+    assert len(SCRIPTS) >= 20 and any(s == "scripts/setup.sh" for _, s, _ in SCRIPTS)
+
+
+@pytest.mark.parametrize("where,script,args", SCRIPTS, ids=[f"{w} {s}" for w, s, _ in SCRIPTS])
+def test_a_documented_script_exists_and_takes_its_flags(where, script, args):
+    path = ROOT / script
+    assert path.is_file(), f"{where}: {script} is not in the repository"
+    text = path.read_text(encoding="utf-8")
+    for flag in (a.split("=")[0] for a in args if a.startswith("--")):
+        assert re.search(rf"[\"' ]{re.escape(flag)}[\"')=]", text), f"{where}: {script} has no {flag}"
