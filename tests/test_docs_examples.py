@@ -96,7 +96,8 @@ def shell_blocks() -> list[tuple[str, list[str]]]:
         for i, line in enumerate(lines, 1):
             if line.lstrip().startswith("```"):
                 if fence is not None and fence != "python":
-                    out.append((f"{path.relative_to(ROOT)}:{start}", re.sub(r"\\\n", " ", "\n".join(block)).splitlines()))
+                    joined = re.sub(r"\\\n", " ", "\n".join(block))
+                    out.append((f"{path.relative_to(ROOT)}:{start}", joined.splitlines()))
                 fence, start, block = (line.strip("` ") if fence is None else None), i, []
             elif fence is not None:
                 block.append(line)
