@@ -1,5 +1,8 @@
 """atomic_write_text: the file is replaced whole or kept, and an error names the file asked for."""
 
+import errno
+import os
+
 import pytest
 
 from ulorl.durable import atomic_write_text
@@ -23,3 +26,17 @@ def test_an_error_names_the_file_asked_for_not_its_temporary_name(case, tmp_path
         atomic_write_text(target, "new")
     assert raised.value.filename == str(target)  # the unlink of the unwritten temporary file raised its own before
     assert sorted(p.name for p in tmp_path.iterdir()) == ["afile"] and (tmp_path / "afile").read_text() == "kept"
+
+
+def test_a_full_disk_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch):
+    target = tmp_path / "report.json"
+    target.write_text("old")
+
+    def full(fd):  # a write past a full disk raises an error that names no file
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+
+    monkeypatch.setattr(os, "fsync", full)
+    with pytest.raises(OSError) as raised:
+        atomic_write_text(target, "new")
+    assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(target)
+    assert [p.name for p in tmp_path.iterdir()] == ["report.json"] and target.read_text() == "old"

@@ -7,11 +7,13 @@ from __future__ import annotations
 import contextlib
 import os
 from pathlib import Path
+from typing import NoReturn
 
 
 def atomic_write_text(path: str | Path, text: str) -> None:
     """Replace `path` with `text` or leave it as it was: a full disk never leaves it empty or torn. An `OSError`
-    names `path`, not the temporary file beside it (`path` a folder, its parent missing or read-only)."""
+    names `path`, not the temporary file beside it (`path` a folder, its parent missing or read-only, a full
+    disk)."""
     path = Path(path)
     tmp = path.with_name(f"{path.name}.tmp-{os.getpid()}")
     try:
@@ -23,6 +25,18 @@ def atomic_write_text(path: str | Path, text: str) -> None:
     except BaseException as e:
         with contextlib.suppress(OSError):  # never written (its folder missing or a file), or gone
             tmp.unlink()
-        if isinstance(e, OSError) and e.filename == str(tmp):
-            raise type(e)(e.errno, e.strerror, str(path)) from e
+        if isinstance(e, OSError):
+            raise_naming(e, path, tmp)
         raise
+
+
+def raise_naming(e: OSError, path: str | Path, tmp: str | Path) -> NoReturn:
+    """Raise `e`, a failed write of `path` through the temporary file `tmp`, as naming `path`: where it names `tmp`,
+    or nothing (a write past a full disk names no file)."""
+    if e.filename not in (None, str(tmp)):
+        raise e
+    try:
+        named = type(e)(e.errno, e.strerror or str(e), str(path))
+    except TypeError:  # a subclass with its own constructor
+        named = OSError(e.errno, e.strerror or str(e), str(path))
+    raise named from e

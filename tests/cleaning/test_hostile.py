@@ -118,8 +118,9 @@ def test_a_write_that_fails_leaves_the_earlier_output_whole(tmp_path, monkeypatc
         import datasets
 
         monkeypatch.setattr(datasets.Dataset, "save_to_disk", half_written)
-    with pytest.raises(OSError, match="No space left"):
+    with pytest.raises(OSError, match="No space left") as raised:
         write_rows([{"prompt": "new", "answer": "9"}] * 4, out, storage)
+    assert raised.value.filename == str(out)  # the output asked for, not its temporary name (or none)
     monkeypatch.undo()
     assert read() == before
     assert sorted(p.name for p in tmp_path.iterdir()) == [out.name]

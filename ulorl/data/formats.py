@@ -24,6 +24,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ulorl.data.records import DataError, RowIssue
+from ulorl.durable import raise_naming
 
 
 class Storage(str, Enum):
@@ -226,6 +227,8 @@ def write_rows(rows: list[dict], path: str | Path, storage: Storage) -> None:
                                 f"name the output .jsonl or .parquet instead") from e
             datasets.Dataset.from_list(rows).save_to_disk(str(tmp))
         replace_path(tmp, p)
+    except OSError as e:
+        raise_naming(e, path, tmp)
     finally:
         if tmp.is_dir():
             shutil.rmtree(tmp, ignore_errors=True)
