@@ -243,8 +243,8 @@ def build_parser() -> argparse.ArgumentParser:
 # what an OSError means for the user, by errno, after its own text (the message names the path the error
 # concerns); no flag is named: each command names its output differently
 _OS_HINTS = {
-    errno.ENOSPC: "the disk is full; free space and run again (train: --resume auto continues from the last "
-                  "complete checkpoint)",
+    errno.ENOSPC: "the disk is full; free space and run again, and a train run with --resume auto continues from "
+                  "its last complete checkpoint",
     errno.EDQUOT: "the disk quota is exceeded; free space and run again",
     errno.EACCES: "choose a path you can write",
     errno.EPERM: "choose a path you can write",

@@ -31,12 +31,18 @@ def atomic_write_text(path: str | Path, text: str) -> None:
 
 
 def raise_naming(e: OSError, path: str | Path, tmp: str | Path) -> NoReturn:
-    """Raise `e`, a failed write of `path` through the temporary file `tmp`, as naming `path`: where it names `tmp`,
-    or nothing (a write past a full disk names no file)."""
-    if e.filename not in (None, str(tmp)):
+    """Raise `e`, a failed write of `path` through the temporary file or folder `tmp`, as naming `path`: where it
+    names `tmp` (or a file inside the folder `tmp`: the same file inside `path`), or nothing (a write past a full
+    disk names no file). An error about another file is raised as it is."""
+    name, tmp = e.filename, str(tmp)
+    if name is None or name == tmp:
+        name = str(path)
+    elif isinstance(name, str) and name.startswith(tmp + os.sep):
+        name = os.path.join(str(path), name[len(tmp) + 1:])
+    else:
         raise e
     try:
-        named = type(e)(e.errno, e.strerror or str(e), str(path))
+        named = type(e)(e.errno, e.strerror or str(e), name)
     except TypeError:  # a subclass with its own constructor
-        named = OSError(e.errno, e.strerror or str(e), str(path))
+        named = OSError(e.errno, e.strerror or str(e), name)
     raise named from e

@@ -5,11 +5,13 @@ that generates the same greedy tokens as our engine on the trained policy, for f
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel
 
 from ulorl.cli import main
 from ulorl.config import ModelConfig, load_run_config
@@ -85,7 +87,7 @@ def test_export_command_writes_the_chosen_step(eos_model_dir, tmp_path, capsys):
     assert json.loads((run / "summary.json").read_text())["steps"] == 2
 
 
-def test_export_never_replaces_a_folder_it_did_not_write(eos_model_dir, tmp_path, capsys):
+def test_export_never_replaces_a_folder_it_did_not_write(eos_model_dir, tmp_path, capsys, monkeypatch):
     """An export replaces its output folder whole, so a folder that holds anything else (a working directory, the
     run folder) is refused before any work, with the folder and what it holds named; so is a checkpoint's model
     folder (its manifest lists the files). An earlier export and an empty folder are replaced. `--step N` without
@@ -118,6 +120,21 @@ def test_export_never_replaces_a_folder_it_did_not_write(eos_model_dir, tmp_path
     (tmp_path / "empty").mkdir()
     assert main(["export", str(run), "-o", str(tmp_path / "empty")]) == 0
     assert (tmp_path / "empty" / "config.json").is_file()
+
     (tmp_path / "project").mkdir()  # a MANIFEST.json of something else, not a checkpoint's step folder
     (tmp_path / "project" / "MANIFEST.json").write_text("{}")
     assert main(["export", str(run), "-o", str(tmp_path / "project" / "model")]) == 0
+
+    # a full disk while writing over an earlier export: that export is kept whole, and the error names the file
+    # of the output folder, not of the temporary folder written beside it
+    kept = {p.name: p.read_bytes() for p in (tmp_path / "empty").iterdir()}
+
+    def full_disk(self, folder, **kwargs):
+        raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), os.path.join(folder, "model.safetensors"))
+
+    monkeypatch.setattr(PreTrainedModel, "save_pretrained", full_disk)
+    assert main(["export", str(run), "-o", str(tmp_path / "empty")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and f"{tmp_path / 'empty' / 'model.safetensors'}: No space left" in err[0], err
+    assert {p.name: p.read_bytes() for p in (tmp_path / "empty").iterdir()} == kept
+    assert not [p for p in tmp_path.iterdir() if ".tmp-" in p.name]

@@ -22,6 +22,7 @@ import shutil
 from pathlib import Path
 
 from ulorl.data.formats import entries_besides, replace_path
+from ulorl.durable import raise_naming
 from ulorl.errors import UlorlError
 from ulorl.run.checkpoint import CHECKPOINTS, MANIFEST, CheckpointError, find_resumable, step_dir, verify_checkpoint
 from ulorl.run.checkpoint.store import STEP_DIR, checkpoint_dirs
@@ -107,6 +108,8 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         replace_path(tmp, out)
+    except OSError as e:
+        raise_naming(e, out, tmp)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
