@@ -5,7 +5,7 @@ import os
 
 import pytest
 
-from ulorl.durable import atomic_write_text
+from ulorl.durable import atomic_write_text, raise_naming
 
 
 def test_it_replaces_the_file_whole_and_leaves_nothing_beside_it(tmp_path):
@@ -40,3 +40,16 @@ def test_a_full_disk_names_the_file_and_keeps_the_old_one(tmp_path, monkeypatch)
         atomic_write_text(target, "new")
     assert raised.value.errno == errno.ENOSPC and raised.value.filename == str(target)
     assert [p.name for p in tmp_path.iterdir()] == ["report.json"] and target.read_text() == "old"
+
+
+def test_raise_naming_maps_the_temporary_name_to_the_one_asked_for(tmp_path):
+    out, tmp = tmp_path / "export", tmp_path / "export.tmp-7"
+    cases = [(OSError(errno.ENOSPC, "full"), str(out)),  # no file named: the output
+             (FileNotFoundError(errno.ENOENT, "gone", str(tmp)), str(out)),
+             (OSError(errno.ENOSPC, "full", str(tmp / "sub" / "a.bin")), str(out / "sub" / "a.bin")),
+             (PermissionError(errno.EACCES, "no", str(tmp_path / "export.tmp-70")), str(tmp_path / "export.tmp-70")),
+             (OSError(errno.EIO, "io", "/elsewhere/file"), "/elsewhere/file")]  # not ours: as it was
+    for error, named in cases:
+        with pytest.raises(type(error)) as raised:
+            raise_naming(error, out, tmp)
+        assert raised.value.filename == named and raised.value.errno == error.errno
