@@ -72,7 +72,8 @@ class Trainer:
             list of them; None keeps the config's reward.
         reward_weights: one weight per reward function (default 1 each).
         train_dataset / eval_dataset: a path, a list of paths, or rows (dicts with a prompt and an answer,
-            in any layout the loaders accept); None keeps the config's data. `eval_dataset=False`: no
+            in any layout the loaders accept; a `datasets.Dataset` or a pandas DataFrame gives its rows); None
+            keeps the config's data. `eval_dataset=False`: no
             held-out evaluation.
         output_dir: the run folder (default `runs/api-<timestamp>`).
         resume: None (fresh run), "auto" or a checkpoint folder, as `ulorl train --resume`.
@@ -111,14 +112,18 @@ class Trainer:
         own when `output_dir` is a project folder) is kept: these rows go to `<split>-<sha256 prefix>.jsonl`."""
         if isinstance(dataset, (str, Path)):
             return str(dataset)
-        items = list(dataset)  # type: ignore[arg-type]
+        takes = f"Trainer({split}_dataset=...) takes a path, a list of paths, or rows (dicts)"
+        if isinstance(dataset, (bytes, Mapping)) or not isinstance(dataset, Iterable):
+            raise ConfigError(f"{takes}, not {type(dataset).__name__}")
+        columns = getattr(dataset, "columns", None)  # a pandas DataFrame iterates over its column names
+        items = dataset.to_dict("records") if columns is not None and hasattr(dataset, "to_dict") else list(dataset)
         if items and all(isinstance(x, (str, Path)) for x in items):
             return [str(x) for x in items]
-        if not all(isinstance(x, Mapping) for x in items):
-            raise TypeError(f"{split}_dataset: give a path, a list of paths, or rows (dicts); got "
-                            f"{type(items[0]).__name__ if items else 'an empty list'}")
         if not items:
-            raise ValueError(f"{split}_dataset has no rows")
+            raise ConfigError(f"Trainer({split}_dataset=...) has no rows")
+        bad = next((i for i, x in enumerate(items) if not isinstance(x, Mapping)), None)
+        if bad is not None:
+            raise ConfigError(f"{takes}; item {bad} is {type(items[bad]).__name__}")
         text = "".join(json.dumps(dict(row), ensure_ascii=False, default=str) + "\n" for row in items)
         path = self.run_dir / "data" / f"{split}.jsonl"
         if not _holds(path, text):  # the same rows (a resume) leave the file untouched

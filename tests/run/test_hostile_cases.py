@@ -284,7 +284,7 @@ def test_a_jsonl_line_over_the_limit_is_a_bad_row(tmp_path, monkeypatch):
 
 
 # -- 13. the Python API's argument types ---------------------------------------------------------------------
-def test_trainer_takes_a_mapping_of_settings_and_refuses_other_types():
+def test_trainer_takes_a_mapping_of_settings_and_refuses_other_types(tmp_path):
     from ulorl.api import Trainer
     from ulorl.config import ConfigError
 
@@ -296,6 +296,25 @@ def test_trainer_takes_a_mapping_of_settings_and_refuses_other_types():
         Trainer(output_dir=["a"])
     with pytest.raises(ConfigError, match=r"reward_weights=...\) takes a list of numbers"):
         Trainer(reward_funcs=[len], reward_weights=["1"])
+    takes = r"Trainer\(train_dataset=...\) takes a path, a list of paths, or rows \(dicts\)"
+    for dataset, says in ((123, f"{takes}, not int"), ({"prompt": "q", "answer": "1"}, f"{takes}, not dict"),
+                          ([{"prompt": "q", "answer": "1"}, 7], f"{takes}; item 1 is int"),
+                          ([], r"Trainer\(train_dataset=...\) has no rows")):
+        with pytest.raises(ConfigError, match=says):
+            Trainer(train_dataset=dataset, output_dir=tmp_path / "run")
+    assert not (tmp_path / "run").exists()
+
+
+def test_trainer_takes_the_rows_of_a_dataframe(tmp_path):
+    pd = pytest.importorskip("pandas")
+    from ulorl.api import Trainer
+
+    frame = pd.DataFrame({"prompt": ["1+1?", "2+2?"], "answer": ["2", "4"]})  # iterating it gives column names
+    t = Trainer(train_dataset=frame, output_dir=tmp_path / "run")
+    written = (tmp_path / "run" / "data" / "train.jsonl").read_text().splitlines()
+    assert t.config.data.train == str(tmp_path / "run" / "data" / "train.jsonl")
+    assert [json.loads(line) for line in written] == [{"prompt": "1+1?", "answer": "2"},
+                                                      {"prompt": "2+2?", "answer": "4"}]
 
 
 # -- 14. minor ------------------------------------------------------------------------------------------------
