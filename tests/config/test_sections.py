@@ -18,6 +18,14 @@ def test_presets_load():
     assert paper.train.lr == pytest.approx(1e-6) and paper.algo.tau == 0.99 and paper.algo.sigma == 0.2
 
 
+@pytest.mark.parametrize("preset", sorted(p.name for p in CONFIGS.glob("*.yaml")))
+def test_every_preset_loads_and_round_trips(preset, tmp_path):
+    # each shipped preset validates, and its dump (a run's config.yaml) loads back to the same config
+    cfg = load_run_config(CONFIGS / preset)
+    (tmp_path / "config.yaml").write_text(dump_yaml(cfg))
+    assert load_run_config(tmp_path / "config.yaml") == cfg
+
+
 def test_dotted_overrides_are_typed():
     cfg = load_run_config(CONFIGS / "demo.yaml", ["rollout.num_segments=8", "algo.is_mode=sais", "train.lr=1e-5",
                                                   "data.eval=null", "logging.loggers=[jsonl,console]"])
