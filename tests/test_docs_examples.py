@@ -9,9 +9,9 @@ keywords). A renamed function, method or keyword in the library fails here, not 
 
 Shell: each `ulorl ...` line of a code block parses with that command's own parser (its flags and their values),
 a preset it names from `configs/` exists, and its `key=value` overrides load onto that preset (or the defaults,
-when the preset is the reader's own file), as `ulorl config` would. Each `python benchmarks/X.py` or
-`bash scripts/X.sh` names a file of the repository, and each `--flag` given to it is spelt in that file (its
-argparse or its `case`). Nothing is run.
+when the preset is the reader's own file), as `ulorl config` would. Each `python benchmarks/X.py` (or
+`examples/X.py`) or `bash scripts/X.sh` names a file of the repository, and each `--flag` given to it is spelt in
+that file (its argparse or its `case`). Nothing is run.
 """
 
 from __future__ import annotations
@@ -158,12 +158,13 @@ def test_a_documented_command_parses_and_its_overrides_load(where, argv):
 
 
 def script_commands() -> list[tuple[str, str, list[str]]]:
-    """(`file:line`, script, its arguments) of each `python benchmarks/...` or `bash scripts/...` in a code block."""
+    """(`file:line`, script, its arguments) of each `python benchmarks/...` (or `examples/...`) or `bash scripts/...`
+    in a code block."""
     out = []
     for where, block in shell_blocks():
         for line in block:
             for part in re.split(r"&&|\|\||;|\|", line.split(" #")[0]):
-                m = re.match(r"\s*(?:\S*python3?|bash)\s+((?:benchmarks|scripts)/\S+)(.*)", part)
+                m = re.match(r"\s*(?:\S*python3?|bash)\s+((?:benchmarks|scripts|examples)/\S+)(.*)", part)
                 if m:
                     out.append((where, m.group(1), m.group(2).split()))
     return out
