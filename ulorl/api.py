@@ -73,8 +73,7 @@ class Trainer:
         reward_weights: one weight per reward function (default 1 each).
         train_dataset / eval_dataset: a path, a list of paths, or rows (dicts with a prompt and an answer,
             in any layout the loaders accept; a `datasets.Dataset` or a pandas DataFrame gives its rows); None
-            keeps the config's data. `eval_dataset=False`: no
-            held-out evaluation.
+            keeps the config's data. `eval_dataset=False`: no held-out evaluation.
         output_dir: the run folder (default `runs/api-<timestamp>`).
         resume: None (fresh run), "auto" or a checkpoint folder, as `ulorl train --resume`.
     """

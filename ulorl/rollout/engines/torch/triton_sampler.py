@@ -34,8 +34,8 @@ import triton
 import triton.language as tl
 
 from ulorl.rollout.engines.base import SamplingParams
-from ulorl.rollout.engines.torch.triton_launch import Launch
 from ulorl.rollout.engines.torch.triton_interpreter import patch_interpreter
+from ulorl.rollout.engines.torch.triton_launch import Launch
 
 patch_interpreter()
 
