@@ -28,6 +28,7 @@ from typing import Any
 import matplotlib
 from matplotlib.axes import Axes
 from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
 
 from ulorl.logging.jsonl import METRICS_FILE, read_metrics
 
@@ -187,6 +188,14 @@ def ema(values: Sequence[float], weight: float) -> list[float]:
 
 
 # -- drawing -------------------------------------------------------------------------------------
+def isolated(values: Sequence[float]) -> list[int]:
+    """Indices of the finite values with no finite neighbour: a line draws nothing there, so they get a marker
+    (a segment age seen at one step only, a run of one step, a value between two gaps)."""
+    finite = [math.isfinite(v) for v in values]
+    return [i for i, f in enumerate(finite)
+            if f and not (i > 0 and finite[i - 1]) and not (i + 1 < len(finite) and finite[i + 1])]
+
+
 def _colors() -> list[str]:
     return list(matplotlib.rcParams["axes.prop_cycle"].by_key()["color"])
 
@@ -206,14 +215,18 @@ def draw_panel(ax: Axes, panel: Panel, curves: Sequence[Curve], run_names: Seque
             label = run_names[c.run]
         else:
             label = f"{run_names[c.run]}: {c.label}"
+        lone = isolated(c.values)
+        alone = {"marker": "o", "markersize": 4, "markevery": lone} if lone else {}
         if c.sparse:
             ax.plot(c.steps, c.values, linestyle=style, marker="o", markersize=4, color=color, label=label)
         elif smooth > 0:
             ax.plot(c.steps, c.values, linestyle=style, color=color, alpha=0.25, linewidth=1)
-            ax.plot(c.steps, ema(c.values, smooth), linestyle=style, color=color, linewidth=1.6, label=label)
+            ax.plot(c.steps, ema(c.values, smooth), linestyle=style, color=color, linewidth=1.6, label=label,
+                    **alone)
         else:
-            ax.plot(c.steps, c.values, linestyle=style, color=color, linewidth=1.4, label=label)
+            ax.plot(c.steps, c.values, linestyle=style, color=color, linewidth=1.4, label=label, **alone)
     ax.set_title(panel.title)
+    ax.xaxis.set_major_locator(MaxNLocator(integer=True))  # steps are whole numbers
     ax.set_xlabel("training step")
     ax.set_ylabel(panel.ylabel)
     ax.grid(True, alpha=0.3)
