@@ -66,8 +66,9 @@ class Trainer:
     """One UloRL training run configured in code.
 
     Args:
-        config: a `RunConfig` (`make_config(...)`), or a mapping of settings over the built-in defaults
-            (`{"train": {"steps": 20}}` or `{"train.steps": 20}`); default: the built-in defaults.
+        config: a `RunConfig` (`make_config(...)`), a YAML preset's path (`"configs/demo.yaml"`), or a mapping of
+            settings over the built-in defaults (`{"train": {"steps": 20}}` or `{"train.steps": 20}`); default: the
+            built-in defaults.
         reward_funcs: a callable, a name (`rule`, `exact`, `module:function`, `path.py:function`), or a
             list of them; None keeps the config's reward.
         reward_weights: one weight per reward function (default 1 each).
@@ -86,6 +87,8 @@ class Trainer:
         self.run_dir = Path(output_dir) if output_dir else Path("runs") / f"api-{time.strftime('%Y%m%d-%H%M%S')}"
         if isinstance(config, Mapping):  # {"train": {"steps": 2}} or {"train.steps": 2} over the built-in defaults
             config = make_config(None, config)
+        elif isinstance(config, (str, Path)):  # a preset, as `ulorl train --config`
+            config = make_config(config)
         cfg = config if config is not None else RunConfig()
         if reward_funcs is not None:
             cfg = dataclasses.replace(cfg, reward=_with_rewards(cfg.reward, reward_funcs, reward_weights))
@@ -155,9 +158,9 @@ def _holds(path: Path, text: str) -> bool:
 
 def _check_types(config: Any, output_dir: Any, resume: Any, reward_weights: Any) -> None:
     """`ConfigError` naming the argument whose type `Trainer` cannot use."""
-    if config is not None and not isinstance(config, (RunConfig, Mapping)):
-        raise ConfigError(f"Trainer(config=...) takes a RunConfig (make_config(...)) or a mapping of settings, "
-                          f"not {type(config).__name__}")
+    if config is not None and not isinstance(config, (RunConfig, Mapping, str, Path)):
+        raise ConfigError(f"Trainer(config=...) takes a RunConfig (make_config(...)), a preset's path or a mapping "
+                          f"of settings, not {type(config).__name__}")
     if output_dir is not None and not isinstance(output_dir, (str, Path)):
         raise ConfigError(f"Trainer(output_dir=...) takes a path, not {type(output_dir).__name__}")
     if resume is not None and not isinstance(resume, (str, Path)):

@@ -286,10 +286,14 @@ def test_a_jsonl_line_over_the_limit_is_a_bad_row(tmp_path, monkeypatch):
 # -- 13. the Python API's argument types ---------------------------------------------------------------------
 def test_trainer_takes_a_mapping_of_settings_and_refuses_other_types(tmp_path):
     from ulorl.api import Trainer
-    from ulorl.config import ConfigError
+    from ulorl.config import ConfigError, load_run_config
 
     t = Trainer({"train": {"steps": 7}, "rollout.num_segments": 2}, output_dir="runs/never-trained")
     assert (t.config.train.steps, t.config.rollout.num_segments) == (7, 2)
+    preset = Path(__file__).resolve().parents[2] / "configs" / "demo.yaml"
+    assert Trainer(str(preset), output_dir="runs/never-trained").config == load_run_config(preset)
+    with pytest.raises(ConfigError, match="nosuch.yaml does not exist"):
+        Trainer(tmp_path / "nosuch.yaml")
     with pytest.raises(ConfigError, match=r"Trainer\(config=...\) takes a RunConfig .* not int"):
         Trainer(42)
     with pytest.raises(ConfigError, match=r"Trainer\(output_dir=...\) takes a path, not list"):
