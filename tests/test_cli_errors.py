@@ -94,6 +94,11 @@ CONFIG_CASES = {
     "sft's held-out file that is not there, before the SFT": (
         lambda t: ["sft", "-o", str(t / "run"), "sft.steps=1", "logging.progress=false",
                    f"data.eval={t / 'missing.jsonl'}"], "sft", ["missing.jsonl: no such file or folder"]),
+    "eval's --procs 0, named as the flag": (lambda t: ["eval", "--procs", "0", "-o", str(t / "ev")], "eval",
+                                            ["--procs: rollout.torch.procs=0 must be > 0"]),
+    "eval's --max-prompt-len 0, named as the flag": (
+        lambda t: ["eval", "--max-prompt-len", "0", "-o", str(t / "ev")], "eval",
+        ["--max-prompt-len: data.max_prompt_len must be >= 1"]),
     "eval's pass@k above its k": (lambda t: ["eval", "--k", "4", "--pass-k", "1", "8", "-o", str(t / "ev")], "eval",
                                   ["--pass-k 1 8", "--k is 4", "raise --k to 8"]),
 }

@@ -112,17 +112,23 @@ def eval_config(args: argparse.Namespace) -> EvalConfig:
     merged = dict(_preset(args, "eval"))
     given = {k: getattr(args, k) for k in _EVAL_FLAGS if getattr(args, k) is not None}
     merged.update(given)
-    try:
-        cfg = build(EvalConfig, merged, "eval.")
-    except ConfigError as e:  # named as the user gave it: the flag, or --config's file
-        key = re.search(r"eval\.(\w+)", str(e))
-        if key and key.group(1) in given:
-            raise ConfigError(f"--{key.group(1).replace('_', '-')}: {e}") from e
-        raise ConfigError(f"config file {args.config}: {e}") if key and args.config else e
+    cfg = _build_named(EvalConfig, merged, "eval.", given, args)
     if args.pass_k and max(args.pass_k) > cfg.k:  # asked for by name: not dropped as a preset's larger ones are
         raise ConfigError(f"--pass-k {' '.join(map(str, args.pass_k))}: pass@k needs k samples a problem, and "
                           f"--k is {cfg.k}; raise --k to {max(args.pass_k)} or drop the larger values")
     return cfg
+
+
+def _build_named(cls, merged: dict, prefix: str, given, args: argparse.Namespace):
+    """`build(cls, merged, prefix)`, its error named as the user gave the value: the flag (a key in `given`, a
+    flag of the same name), or --config's file."""
+    try:
+        return build(cls, merged, prefix)
+    except ConfigError as e:
+        key = re.search(rf"{re.escape(prefix)}(\w+)", str(e))
+        if key and key.group(1) in given:
+            raise ConfigError(f"--{key.group(1).replace('_', '-')}: {e}") from e
+        raise ConfigError(f"config file {args.config}: {e}") if key and args.config else e
 
 
 def model_path(args: argparse.Namespace) -> str:
@@ -178,9 +184,9 @@ def data_config(args: argparse.Namespace, cfg: EvalConfig) -> DataConfig:
     else:
         merged = {"max_prompt_len": _MAX_PROMPT_LEN, "seed": cfg.seed,
                   "eval_size": cfg.reference_problems or cfg.num_problems or DataConfig.eval_size}
-    merged.update({k: getattr(args, k) for k in _DATA_FLAGS if getattr(args, k) is not None})
-    merged |= {"shuffle": False} | _prompt_options(args)
-    return build(DataConfig, merged, "data.")
+    given = {k: getattr(args, k) for k in _DATA_FLAGS if getattr(args, k) is not None}
+    merged |= given | {"shuffle": False} | _prompt_options(args)
+    return _build_named(DataConfig, merged, "data.", given, args)
 
 
 def cpu_numerics(args: argparse.Namespace) -> str:
@@ -204,9 +210,8 @@ def _engine_name(args: argparse.Namespace) -> str:
 def torch_options(args: argparse.Namespace) -> TorchEngineConfig:
     """The torch engine's options: --config's `rollout.torch`, `--procs` over it."""
     merged = dict(_preset(args, "rollout").get("torch") or {})
-    if args.procs is not None:
-        merged["procs"] = args.procs
-    return build(TorchEngineConfig, merged, "rollout.torch.")
+    given = {"procs": args.procs} if args.procs is not None else {}
+    return _build_named(TorchEngineConfig, merged | given, "rollout.torch.", given, args)
 
 
 def _prompt_options(args: argparse.Namespace) -> dict:
