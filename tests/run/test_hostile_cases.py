@@ -331,6 +331,20 @@ def test_clean_of_an_empty_file_is_an_error(tmp_path, capsys):
     assert not (tmp_path / "o.jsonl").exists()
 
 
+def test_clean_that_skips_every_row_is_an_error_naming_the_first(tmp_path, capsys):
+    # a wrong --prompt-key reads every row as bad: with --on-bad-row skip that wrote an empty output, exit 0
+    (tmp_path / "q.jsonl").write_text('{"question": "1+1?", "answer": "2"}\n{"question": "2+2?", "answer": "4"}\n')
+    rc, err = run(["clean", "--input", str(tmp_path / "q.jsonl"), "--output", str(tmp_path / "o.jsonl"),
+                   "--on-bad-row", "skip"], capsys)
+    assert rc == 2
+    assert_one_line(err, "clean", "q.jsonl: no usable row (2 bad rows skipped; first: ", "row 0, field 'prompt'",
+                    "nothing was written", "--prompt-key")
+    assert not (tmp_path / "o.jsonl").exists() and not (tmp_path / "o.jsonl.report.json").exists()
+    rc, _ = run(["clean", "--input", str(tmp_path / "q.jsonl"), "--output", str(tmp_path / "o.jsonl"),
+                 "--prompt-key", "question"], capsys)
+    assert rc == 0 and len((tmp_path / "o.jsonl").read_text().splitlines()) == 2
+
+
 def test_a_second_signal_stops_at_once_and_says_what_is_left(tmp_path, tiny_model_dir, capsys, monkeypatch):
     import ulorl.run.loop as trainer
 

@@ -238,6 +238,10 @@ def run_clean(args: argparse.Namespace) -> int:
     if not raw.rows:
         raise DataError(f"{args.input}: no rows to clean (the file is empty); nothing was written")
     valid, load_report = validate_source(raw, args.on_bad_row, skip_hint="--on-bad-row skip")
+    if not valid:  # skipped, every one: a wrong --prompt-key or --format reads so, and an empty output hid it
+        raise DataError(f"{args.input}: no usable row ({counted(len(raw.rows), 'bad row')} skipped; first: "
+                        f"{load_report.examples[0]}); nothing was written (--prompt-key, --answer-key and --format "
+                        "say how rows are read)")
     load_report.n_loaded = len(valid)
     rows = [_decoded_prompt(raw.rows[v.index], v, raw.schema) for v in valid]
     cleaned, report = clean_rows(rows, steps, model_paths=args.model, schema=raw.schema, options=options,
