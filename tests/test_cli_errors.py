@@ -115,6 +115,13 @@ def test_config_errors_are_one_line(case, tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "run" / "model").exists()  # ... or before the SFT
 
 
+def test_config_takes_no_output_folder(capsys):
+    # `ulorl config` prints; an -o it accepted and ignored suggested it wrote a run folder
+    rc, err = run(["config", "-o", "somewhere"], capsys)
+    assert rc == 2 and "unrecognized arguments: -o" in err
+    assert run(["config", "rollout.num_segments=2"], capsys)[0] == 0
+
+
 def test_debug_shows_the_traceback(tmp_path, capsys):
     with pytest.raises(Exception, match="train.device='tpu'"):
         cli(["config", "--debug", "train.device=tpu"])
@@ -165,7 +172,7 @@ def test_run_folders_are_private(tmp_path, capsys):
 
 # -- overrides anywhere on the line ------------------------------------------------------------------------
 def test_overrides_are_accepted_after_options(tmp_path, capsys):
-    rc = cli(["config", "-c", "configs/demo.yaml", "train.steps=7", "--output-dir", str(tmp_path), "train.lr=0.5"])
+    rc = cli(["config", "train.steps=7", "-c", "configs/demo.yaml", "train.lr=0.5"])
     out = capsys.readouterr().out
     assert rc == 0 and "steps: 7" in out and "lr: 0.5" in out
     from ulorl.cli import build_parser, parse_args

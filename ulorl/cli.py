@@ -41,10 +41,14 @@ def _load_cfg(args):
     return load_run_config(args.config, args.overrides)
 
 
-def _add_config_args(p: argparse.ArgumentParser) -> None:
+def _add_preset_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", "-c", default=None, help="YAML preset (see configs/); defaults apply without one")
-    p.add_argument("--output-dir", "-o", default=None, help="run folder (default: runs/<command>-<timestamp>)")
     p.add_argument("overrides", nargs="*", help=OVERRIDES_HELP)
+
+
+def _add_config_args(p: argparse.ArgumentParser) -> None:
+    _add_preset_args(p)
+    p.add_argument("--output-dir", "-o", default=None, help="run folder (default: runs/<command>-<timestamp>)")
 
 
 def cmd_train(args) -> int:
@@ -219,7 +223,7 @@ COMMANDS = (
             "ulorl.run.export:add_export_arguments", "ulorl.run.export:run_export"),
     Command("config", "print the resolved configuration",
             "Print the resolved config (preset + overrides) as YAML, validating every key.",
-            "ulorl.cli:_add_config_args", "ulorl.cli:cmd_config"),
+            "ulorl.cli:_add_preset_args", "ulorl.cli:cmd_config"),
 )
 
 
