@@ -118,7 +118,8 @@ def test_config_errors_are_one_line(case, tmp_path, capsys, monkeypatch):
 def test_config_takes_no_output_folder(capsys):
     # `ulorl config` prints; an -o it accepted and ignored suggested it wrote a run folder
     rc, err = run(["config", "-o", "somewhere"], capsys)
-    assert rc == 2 and "unrecognized arguments: -o" in err
+    assert rc == 2 and "ulorl config: error: unrecognized arguments: -o" in err  # the command's name and usage
+    assert "usage: ulorl config [-h] [--config CONFIG] [overrides ...]" in err
     assert run(["config", "rollout.num_segments=2"], capsys)[0] == 0
 
 
@@ -180,7 +181,7 @@ def test_overrides_are_accepted_after_options(tmp_path, capsys):
     args = parse_args(build_parser(), ["train", "--resume", "auto", "train.steps=3", "rollout.num_segments=2"])
     assert args.resume == "auto" and args.overrides == ["train.steps=3", "rollout.num_segments=2"]
     rc, err = run(["train", "--resume", "auto", "--bogus-flag"], capsys)
-    assert rc == 2 and "unrecognized arguments: --bogus-flag" in err
+    assert rc == 2 and "ulorl train: error: unrecognized arguments: --bogus-flag" in err
 
 
 # -- `ulorl clean` inputs ------------------------------------------------------------------------------------

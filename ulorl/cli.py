@@ -239,7 +239,7 @@ def build_parser() -> argparse.ArgumentParser:
     for command in COMMANDS:
         c = sub.add_parser(command.name, help=command.help, description=command.description)
         resolve_function(command.arguments)(c)
-        c.set_defaults(func=resolve_function(command.run))
+        c.set_defaults(func=resolve_function(command.run), parser=c)
     return p
 
 
@@ -302,8 +302,8 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Nam
     """Parse, accepting dotted overrides anywhere on the line (also after `--resume auto`)."""
     args, extra = parser.parse_known_args(argv)
     stray = [a for a in extra if a.startswith("-") or "=" not in a or not hasattr(args, "overrides")]
-    if stray:
-        parser.error(f"unrecognized arguments: {' '.join(stray)}")
+    if stray:  # the command's own usage and name: `ulorl config: error: ...`
+        getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(stray)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
     return args
