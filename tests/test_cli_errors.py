@@ -115,6 +115,12 @@ def test_config_errors_are_one_line(case, tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "run" / "model").exists()  # ... or before the SFT
 
 
+def test_ulorl_alone_lists_the_commands(capsys):
+    assert cli([]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("usage: ulorl") and all(f"    {c} " in out for c in ("train", "eval", "config"))
+
+
 def test_config_takes_no_output_folder(capsys):
     # `ulorl config` prints; an -o it accepted and ignored suggested it wrote a run folder
     rc, err = run(["config", "-o", "somewhere"], capsys)

@@ -313,7 +313,11 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_transformers()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
-    args = parse_args(build_parser(), [a for a in argv if a != "--debug"])
+    parser = build_parser()
+    if not [a for a in argv if a != "--debug"]:  # `ulorl` alone: the commands, as `ulorl --help` lists them
+        parser.print_help()
+        return 0
+    args = parse_args(parser, [a for a in argv if a != "--debug"])
     try:
         return int(args.func(args) or 0)
     except BaseException as e:
