@@ -178,7 +178,7 @@ def test_run_folders_are_private(tmp_path, capsys):
 
 
 # -- overrides anywhere on the line ------------------------------------------------------------------------
-def test_overrides_are_accepted_after_options(tmp_path, capsys):
+def test_overrides_are_accepted_after_options(capsys):
     rc = cli(["config", "train.steps=7", "-c", "configs/demo.yaml", "train.lr=0.5"])
     out = capsys.readouterr().out
     assert rc == 0 and "steps: 7" in out and "lr: 0.5" in out

@@ -313,11 +313,12 @@ def main(argv: list[str] | None = None) -> int:
     _quiet_transformers()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
+    rest = [a for a in argv if a != "--debug"]
     parser = build_parser()
-    if not [a for a in argv if a != "--debug"]:  # `ulorl` alone: the commands, as `ulorl --help` lists them
+    if not rest:  # `ulorl` alone: the commands, as `ulorl --help` lists them
         parser.print_help()
         return 0
-    args = parse_args(parser, [a for a in argv if a != "--debug"])
+    args = parse_args(parser, rest)
     try:
         return int(args.func(args) or 0)
     except BaseException as e:
