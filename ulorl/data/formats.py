@@ -5,18 +5,16 @@ cannot even be parsed (invalid JSON, not an object). Invalid UTF-8 bytes in a JS
 line are kept as lone surrogates (`surrogateescape`) so that validation can name the
 field that holds them. `save_to_disk` folders are read with pyarrow directly (their
 shards are Arrow IPC streams), so `datasets` is not needed at run time. Writers replace an output only once it is
-whole (`replace_path`) and refuse a folder holding what they do not write (`entries_besides`); `ulorl export`
-uses both for its model folder.
+whole (`ulorl.durable.replacing`) and refuse a folder holding what they do not write (`entries_besides`);
+`ulorl export` uses both for its model folder.
 """
 
 from __future__ import annotations
 
-import contextlib
 import fnmatch
 import json
 import math
 import os
-import shutil
 from enum import Enum
 from pathlib import Path
 
@@ -24,7 +22,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from ulorl.data.records import DataError, RowIssue
-from ulorl.durable import raise_naming
+from ulorl.durable import replacing
 
 
 class Storage(str, Enum):
@@ -207,12 +205,12 @@ def _read_disk(path: Path, split: str) -> list[dict | RowIssue]:
 
 def write_rows(rows: list[dict], path: str | Path, storage: Storage) -> None:
     """Write rows in the given storage (parent folders created). The rows go to a temporary name beside `path`,
-    which replaces `path` only once they are all written: a crash or a full disk leaves an earlier output, or the
-    input when it is the output, as it was. A link is followed: its target is replaced, the link kept."""
+    which replaces `path` only once they are all written (`durable.replacing`): a crash or a full disk leaves an
+    earlier output, or the input when it is the output, as it was. A link is followed: its target is replaced, the
+    link kept."""
     p = Path(path).resolve() if Path(path).is_symlink() else Path(path)
     p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f"{p.name}.tmp-{os.getpid()}")
-    try:
+    with replacing(p, named=path) as tmp:
         if storage is Storage.JSONL:
             with open(tmp, "w", encoding="utf-8") as f:
                 for r in rows:
@@ -226,32 +224,6 @@ def write_rows(rows: list[dict], path: str | Path, storage: Storage) -> None:
                 raise DataError(f"{path}: writing a save_to_disk folder needs `datasets`; "
                                 f"name the output .jsonl or .parquet instead") from e
             datasets.Dataset.from_list(rows).save_to_disk(str(tmp))
-        replace_path(tmp, p)
-    except OSError as e:
-        raise_naming(e, path, tmp)
-    finally:
-        if tmp.is_dir():
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            with contextlib.suppress(OSError):  # renamed into place, or never written: not the error to report
-                tmp.unlink()
-
-
-def replace_path(tmp: Path, dest: Path) -> None:
-    """Put the finished `tmp` (a file or a folder) in place of `dest`, which may not exist. A folder cannot replace a
-    folder in one step: the old one moves aside, is put back if the rename fails, and is deleted once it succeeded.
-    The writers of whole outputs (`write_rows`, `ulorl export`) write under a temporary name, then call this."""
-    if not (tmp.is_dir() and dest.is_dir()):
-        os.replace(tmp, dest)
-        return
-    old = dest.with_name(f"{dest.name}.old-{os.getpid()}")
-    os.replace(dest, old)
-    try:
-        os.replace(tmp, dest)
-    except BaseException:
-        os.replace(old, dest)
-        raise
-    shutil.rmtree(old, ignore_errors=True)
 
 
 def _table(rows: list[dict]) -> pa.Table:

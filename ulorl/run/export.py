@@ -18,11 +18,10 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 from pathlib import Path
 
-from ulorl.data.formats import entries_besides, replace_path
-from ulorl.durable import raise_naming
+from ulorl.data.formats import entries_besides
+from ulorl.durable import replacing
 from ulorl.errors import UlorlError
 from ulorl.run.checkpoint import CHECKPOINTS, MANIFEST, CheckpointError, find_resumable, step_dir, verify_checkpoint
 from ulorl.run.checkpoint.store import STEP_DIR, checkpoint_dirs
@@ -102,16 +101,9 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
     if model.generation_config.pad_token_id is None:
         model.generation_config.pad_token_id = tokenizer.pad_token_id
     out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_name(f"{out.name}.tmp-{os.getpid()}")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
+    with replacing(out) as tmp:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
-        replace_path(tmp, out)
-    except OSError as e:
-        raise_naming(e, out, tmp)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return out
 
 
