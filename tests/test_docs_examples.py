@@ -29,14 +29,24 @@ ROOT = Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-def snippets() -> list[tuple[str, str]]:
-    """(`file:line`, code) of every ```python block."""
+def fenced_blocks() -> list[tuple[str, str, list[str]]]:
+    """(`file:line` of the opening fence, its language, its lines) of every fenced code block."""
     out = []
     for path in DOCS:
-        text = path.read_text(encoding="utf-8")
-        for m in re.finditer(r"```python\n(.*?)```", text, re.S):
-            out.append((f"{path.relative_to(ROOT)}:{text[:m.start()].count(chr(10)) + 1}", m.group(1)))
+        lines, fence, start, block = path.read_text(encoding="utf-8").splitlines(), None, 0, []
+        for i, line in enumerate(lines, 1):
+            if line.lstrip().startswith("```"):
+                if fence is not None:
+                    out.append((f"{path.relative_to(ROOT)}:{start}", fence, block))
+                fence, start, block = (line.strip("` ") if fence is None else None), i, []
+            elif fence is not None:
+                block.append(line)
     return out
+
+
+def snippets() -> list[tuple[str, str]]:
+    """(`file:line`, code) of every ```python block."""
+    return [(where, "\n".join(lines) + "\n") for where, lang, lines in fenced_blocks() if lang == "python"]
 
 
 SNIPPETS = snippets()
@@ -90,18 +100,8 @@ def test_an_example_imports_real_names_and_calls_them_as_they_are_declared(where
 
 def shell_blocks() -> list[tuple[str, list[str]]]:
     """(`file:line`, lines) of each fenced block that is not Python, continuation lines joined."""
-    out = []
-    for path in DOCS:
-        lines, fence, start, block = path.read_text(encoding="utf-8").splitlines(), None, 0, []
-        for i, line in enumerate(lines, 1):
-            if line.lstrip().startswith("```"):
-                if fence is not None and fence != "python":
-                    joined = re.sub(r"\\\n", " ", "\n".join(block))
-                    out.append((f"{path.relative_to(ROOT)}:{start}", joined.splitlines()))
-                fence, start, block = (line.strip("` ") if fence is None else None), i, []
-            elif fence is not None:
-                block.append(line)
-    return out
+    return [(where, re.sub(r"\\\n", " ", "\n".join(lines)).splitlines())
+            for where, lang, lines in fenced_blocks() if lang != "python"]
 
 
 def command_lines() -> list[tuple[str, list[str]]]:
