@@ -125,7 +125,7 @@ def test_config_takes_no_output_folder(capsys):
     # `ulorl config` prints; an -o it accepted and ignored suggested it wrote a run folder
     rc, err = run(["config", "-o", "somewhere"], capsys)
     assert rc == 2 and "ulorl config: error: unrecognized arguments: -o" in err  # the command's name and usage
-    assert "usage: ulorl config [-h] [--config CONFIG] [overrides ...]" in err
+    assert "usage: ulorl config [-h] [--config CONFIG] [--changed] [overrides ...]" in err
     assert run(["config", "rollout.num_segments=2"], capsys)[0] == 0
 
 

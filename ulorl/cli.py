@@ -51,13 +51,26 @@ def _add_config_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--output-dir", "-o", default=None, help="run folder (default: runs/<command>-<timestamp>)")
 
 
+def _config_lines(cfg, args, run_dir: Path) -> str:
+    """A run's first lines: where its config came from and the settings that differ from the defaults (every
+    setting is in the run folder's config.yaml, and `ulorl config` prints them)."""
+    from ulorl.config import changed_settings
+
+    source = args.config or "the defaults"
+    if args.overrides:
+        source += f" + {len(args.overrides)} override{'s' * (len(args.overrides) > 1)}"
+    changed = changed_settings(cfg)
+    head = (f"[ulorl] config: {source}; {len(changed) or 'no'} setting{'s' * (len(changed) != 1)} "
+            f"differ{'s' * (len(changed) == 1)} from the defaults (every setting: {run_dir / 'config.yaml'})")
+    return "\n".join([head + (":" if changed else "")] + [f"  {line}" for line in changed])
+
+
 def cmd_train(args) -> int:
-    from ulorl.config import dump_yaml
     from ulorl.run.loop import train
 
     cfg = _load_cfg(args)
     run_dir = _run_dir(args, "train")
-    print(f"# resolved config (saved to {run_dir / 'config.yaml'})\n{dump_yaml(cfg)}", flush=True)
+    print(_config_lines(cfg, args, run_dir), flush=True)
     summary = train(cfg, run_dir, resume=args.resume)  # also written to RUN/summary.json
     print(format_summary(summary))
     return 0
@@ -160,17 +173,27 @@ def cmd_sft(args) -> int:
     with RunLock.acquire(run_dir):  # one process per folder, as for train
         prepare_sft_dir(run_dir)
         atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))
-        print(f"# resolved config (saved to {run_dir / 'config.yaml'})\n{dump_yaml(cfg)}", flush=True)
+        print(_config_lines(cfg, args, run_dir), flush=True)
         report = sft_and_report(cfg, run_dir)
     print(format_sft_report(report, run_dir, args.config))
     return 0
 
 
 def cmd_config(args) -> int:
-    from ulorl.config import dump_yaml
+    from ulorl.config import changed_settings, dump_yaml
 
-    print(dump_yaml(_load_cfg(args)), end="")
+    cfg = _load_cfg(args)
+    text = "\n".join(changed_settings(cfg)) if args.changed else dump_yaml(cfg).rstrip("\n")
+    if text:
+        print(text)
     return 0
+
+
+def _add_show_config_args(p: argparse.ArgumentParser) -> None:
+    _add_preset_args(p)
+    p.add_argument("--changed", action="store_true",
+                   help="print only the settings that differ from the defaults, one `key: value (default: ...)` "
+                   "per line, as train and sft print them at start")
 
 
 def _add_train_args(p: argparse.ArgumentParser) -> None:
@@ -223,7 +246,7 @@ COMMANDS = (
             "ulorl.run.export:add_export_arguments", "ulorl.run.export:run_export"),
     Command("config", "print the resolved configuration",
             "Print the resolved config (preset + overrides) as YAML, validating every key.",
-            "ulorl.cli:_add_preset_args", "ulorl.cli:cmd_config"),
+            "ulorl.cli:_add_show_config_args", "ulorl.cli:cmd_config"),
 )
 
 

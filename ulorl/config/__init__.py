@@ -26,7 +26,7 @@ where the registry's module itself builds from a config (`distributed.backend`, 
 then the enum sits in the config module, below both.
 """
 
-from ulorl.config.loader import ConfigError, build, check_choice, dump_yaml, load_config, to_dict
+from ulorl.config.loader import ConfigError, build, changed_settings, check_choice, dump_yaml, load_config, to_dict
 from ulorl.config.algo import AlgoConfig
 from ulorl.config.checkpoint import CheckpointConfig
 from ulorl.config.data import BUILTIN_CHAIN, BadRowPolicy, DataConfig, DataFormat
@@ -46,5 +46,5 @@ __all__ = ["BUILTIN_CHAIN", "LORA_ALL_LINEAR", "WORKERS_PER_CPU", "AlgoConfig", 
            "CheckpointConfig", "ConfigError", "DataConfig", "DataFormat", "DistributedConfig", "EvalConfig",
            "LoggingConfig", "LoraConfig", "ModelConfig", "OptimizerName", "PipelineMode", "RewardConfig",
            "RewardFnConfig", "RolloutConfig", "RunConfig", "SFTConfig", "ShardingName", "TrainConfig", "VLLMConfig",
-           "bound_by_machine", "build", "check_choice", "check_engine_installed", "check_runnable", "dump_yaml",
-           "load_config", "load_run_config", "to_dict", "usable_cpus", "worst_case_groups"]
+           "bound_by_machine", "build", "changed_settings", "check_choice", "check_engine_installed", "check_runnable",
+           "dump_yaml", "load_config", "load_run_config", "to_dict", "usable_cpus", "worst_case_groups"]

@@ -20,8 +20,8 @@ import yaml
 
 from ulorl.errors import ConfigError, check_choice
 
-__all__ = ["ConfigError", "build", "check_choice", "deep_merge", "dump_yaml", "load_config", "parse_overrides",
-           "to_dict"]
+__all__ = ["ConfigError", "build", "changed_settings", "check_choice", "deep_merge", "dump_yaml", "flatten",
+           "load_config", "parse_overrides", "to_dict", "yaml_scalar"]
 
 
 def _type_name(tp: Any) -> str:
@@ -251,3 +251,31 @@ def _plain(value: Any) -> Any:
 
 def dump_yaml(cfg: Any) -> str:
     return yaml.safe_dump(to_dict(cfg), sort_keys=False)
+
+
+def flatten(d: dict, prefix: str = "") -> dict:
+    """A nested mapping as one level of dotted keys: `{"a": {"b": 1}}` -> `{"a.b": 1}`; an empty mapping is a leaf."""
+    out = {}
+    for k, v in d.items():
+        if isinstance(v, dict) and v:
+            out.update(flatten(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def yaml_scalar(value: Any) -> str:
+    """A config value as a YAML file writes it: null, true / false, numbers and quoted strings as Python does."""
+    if value is None or isinstance(value, bool):
+        return {None: "null", True: "true", False: "false"}[value]
+    return repr(value)
+
+
+def changed_settings(cfg: Any) -> list[str]:
+    """The settings of `cfg` that differ from its class's defaults, in the class's order, each as
+    `key: value (default: old)`: what a run's first screen shows instead of every setting. A key of a mapping
+    setting that is empty by default (`data.chat_template_kwargs.enable_thinking`) says `(not set by default)`."""
+    now, default = flatten(to_dict(cfg)), flatten(to_dict(type(cfg)()))
+    return [f"{k}: {yaml_scalar(v)} " + (f"(default: {yaml_scalar(default[k])})" if k in default
+                                         else "(not set by default)")
+            for k, v in now.items() if k not in default or default[k] != v]

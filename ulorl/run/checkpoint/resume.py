@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ulorl.config.loader import flatten, yaml_scalar
 from ulorl.run.checkpoint.find import (check_run_state, existing_checkpoints, find_resumable, is_checkpoint_folder,
                                       load_checkpoint, resolve_resume_path)
 from ulorl.run.checkpoint.store import CHECKPOINTS, LATEST, CheckpointError, incomplete_saves, read_latest, set_latest
@@ -24,31 +25,14 @@ HARMLESS_KEYS = ("train.steps", "train.eval_every", "train.max_bad_steps", "trai
 HARMLESS_PREFIXES = ("logging.", "checkpoint.", "sft.")
 
 
-def _flatten(d: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in d.items():
-        if isinstance(v, dict) and v:
-            out.update(_flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
-def _as_yaml(value) -> str:
-    """A config value as a YAML file writes it: null, true / false, numbers and quoted strings as Python does."""
-    if value is None or isinstance(value, bool):
-        return {None: "null", True: "true", False: "false"}[value]
-    return repr(value)
-
-
 def compare_configs(saved: dict, current: dict) -> tuple[list[str], list[str], list[str]]:
     """(incompatible, harmless, other) changed keys, each as 'key: old -> new'."""
-    a, b = _flatten(saved), _flatten(current)
+    a, b = flatten(saved), flatten(current)
     bad, ok, other = [], [], []
     for k in sorted(set(a) | set(b)):
         if a.get(k) == b.get(k):
             continue
-        line = f"{k}: {_as_yaml(a.get(k))} -> {_as_yaml(b.get(k))}"
+        line = f"{k}: {yaml_scalar(a.get(k))} -> {yaml_scalar(b.get(k))}"
         if k in INCOMPATIBLE_KEYS:
             bad.append(line)
         elif k in HARMLESS_KEYS or k.startswith(HARMLESS_PREFIXES):
