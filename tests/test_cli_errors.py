@@ -190,6 +190,18 @@ def test_overrides_are_accepted_after_options(capsys):
     assert rc == 2 and "ulorl train: error: unrecognized arguments: --bogus-flag" in err
 
 
+def test_an_override_to_a_command_of_flags_names_the_flag(capsys):
+    # eval, clean, export, ... take flags: a train-style `eval.num_problems=10` is told the flag it meant
+    rc, err = run(["eval", "--model", "builtin", "eval.num_problems=10", "k=2"], capsys)
+    assert rc == 2 and ("ulorl eval: error: unrecognized arguments: eval.num_problems=10 k=2; ulorl eval takes flags, "
+                        "not KEY=VALUE overrides: --num-problems 10 --k 2") in err
+    rc, err = run(["export", "runs/x", "export.bogus=1"], capsys)
+    assert rc == 2 and ("unrecognized arguments: export.bogus=1; ulorl export takes flags, not KEY=VALUE overrides "
+                        "(`ulorl export --help` lists them)") in err
+    rc, err = run(["eval", "--bogus"], capsys)
+    assert rc == 2 and err.strip().endswith("ulorl eval: error: unrecognized arguments: --bogus")  # no hint
+
+
 # -- `ulorl clean` inputs ------------------------------------------------------------------------------------
 def _jsonl(tmp: Path, text: str | bytes, name: str = "in.jsonl") -> str:
     p = tmp / name

@@ -321,12 +321,26 @@ def _user_errors() -> list[tuple[type[BaseException], int, object]]:
     ]
 
 
+def _flag_hint(parser: argparse.ArgumentParser, stray: list[str]) -> str:
+    """For a command that takes flags only (eval, clean, plot, ...), what its `KEY=VALUE` arguments mean:
+    `eval.num_problems=10` -> `; ulorl eval takes flags, not KEY=VALUE overrides: --num-problems 10`."""
+    pairs = [a.split("=", 1) for a in stray if "=" in a and not a.startswith("-")]
+    if not pairs or "overrides" in {a.dest for a in parser._actions}:
+        return ""
+    flags = set(parser._option_string_actions)
+    named = [f"{flag} {value}" for key, value in pairs
+             if (flag := "--" + key.rsplit(".", 1)[-1].replace("_", "-")) in flags]
+    return (f"; {parser.prog} takes flags, not KEY=VALUE overrides" + (f": {' '.join(named)}" if named else
+                                                                        f" (`{parser.prog} --help` lists them)"))
+
+
 def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Namespace:
     """Parse, accepting dotted overrides anywhere on the line (also after `--resume auto`)."""
     args, extra = parser.parse_known_args(argv)
     stray = [a for a in extra if a.startswith("-") or "=" not in a or not hasattr(args, "overrides")]
     if stray:  # the command's own usage and name: `ulorl config: error: ...`
-        getattr(args, "parser", parser).error(f"unrecognized arguments: {' '.join(stray)}")
+        own = getattr(args, "parser", parser)
+        own.error(f"unrecognized arguments: {' '.join(stray)}{_flag_hint(own, stray)}")
     if extra:
         args.overrides = [*args.overrides, *extra]
     return args
