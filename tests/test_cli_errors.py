@@ -10,6 +10,8 @@ from __future__ import annotations
 import json
 import os
 import stat
+import subprocess
+import sys
 from pathlib import Path
 
 import pyarrow as pa
@@ -119,6 +121,17 @@ def test_ulorl_alone_lists_the_commands(capsys):
     assert cli([]) == 0
     out = capsys.readouterr().out
     assert out.startswith("usage: ulorl") and all(f"    {c} " in out for c in ("train", "eval", "config"))
+
+
+def test_python_dash_m_is_the_same_command_line():
+    # `python -m ulorl` (launchers that run a module) gives the script's output and exit statuses
+    def module(*argv: str) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "-m", "ulorl", *argv], capture_output=True, text=True, timeout=300)
+
+    ok = module("config", "--changed", "train.steps=5")
+    assert ok.returncode == 0 and ok.stdout == "train.steps: 5 (default: 30)\n"
+    bad = module("config", "train.device=tpu")
+    assert bad.returncode == 2 and bad.stderr.startswith("ulorl config: error: train.device='tpu'")
 
 
 def test_config_takes_no_output_folder(capsys):

@@ -52,7 +52,7 @@ UPPER_LAYERS = ("ulorl.run", "ulorl.learners", "ulorl.cli", "ulorl.api", "ulorl.
                 "ulorl.reward.rule", "ulorl.reward.terms", "ulorl.evaluation", "ulorl.data", "ulorl.cleaning")
 
 # the top level: entry points and shared leaves only; everything that runs a job is in ulorl/run/
-TOP_LEVEL_FILES = {"__init__.py", "api.py", "cli.py", "errors.py", "trajectory.py", "lazy_exports.py",
+TOP_LEVEL_FILES = {"__init__.py", "__main__.py", "api.py", "cli.py", "errors.py", "trajectory.py", "lazy_exports.py",
                    "child_process.py", "durable.py"}
 
 
