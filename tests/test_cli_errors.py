@@ -80,6 +80,9 @@ CONFIG_CASES = {
     "clean's --consensus-threshold nan": (
         lambda t: ["clean", "--input", "builtin:chain", "-o", str(t / "c.jsonl"), "--consensus-threshold", "nan"],
         "clean", ["--consensus-threshold must be in (0, 1], got nan"]),
+    **{f"clean's --temperature {t} (it was accepted, and unused by the rule steps)": (
+        lambda tmp, t=t: ["clean", "--input", "builtin:chain", "-o", str(tmp / "c.jsonl"), "--temperature", t],
+        "clean", [f"--temperature must be a finite number > 0, got {float(t)}"]) for t in ("-1", "0", "inf", "nan")},
     "show of a `ulorl sft` run": (lambda t: ["show", str(_sft_run(t))], "show",
                                  ["a `ulorl sft` run", "logs no samples", "`ulorl eval --model ", "/sft/model`"]),
     "export of a `ulorl sft` run": (lambda t: ["export", str(_sft_run(t))], "export",

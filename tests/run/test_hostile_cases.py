@@ -214,7 +214,7 @@ def test_show_of_a_file_without_one_sample_says_so_instead_of_empty(tmp_path, ca
     assert cli(["show", str(run_dir)]) == 0 and "is empty (no step has finished yet)" in capsys.readouterr().out
 
 
-def test_show_limit_counts_the_groups_left_out_and_refuses_a_negative_one(tmp_path, capsys):
+def test_show_counts_groups_left_out_and_refuses_limit_below_0_or_chars_below_minus_1(tmp_path, capsys):
     (tmp_path / "samples.jsonl").write_text(_sample(1) + "\n" + _sample(1, "g1", "g1/0") + "\n")
     from ulorl.cli import main as cli
 
@@ -223,6 +223,9 @@ def test_show_limit_counts_the_groups_left_out_and_refuses_a_negative_one(tmp_pa
     rc, err = run(["show", str(tmp_path), "--limit", "-1"], capsys)  # it showed every group but the last
     assert rc == 2
     assert_one_line(err, "show", "--limit -1: give a number of groups, or 0 for all")
+    rc, err = run(["show", str(tmp_path), "--chars", "-2"], capsys)  # it was taken as -1 (all the text)
+    assert rc == 2
+    assert_one_line(err, "show", "--chars -2: give a number of characters, 0 for no text or -1 for all recorded")
 
 
 def test_show_of_a_step_the_run_lacks_exits_2(tmp_path, capsys):

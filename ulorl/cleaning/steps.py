@@ -72,6 +72,8 @@ class CleanOptions:
         for name in ("k", "max_new_tokens", "batch_size", "max_answer_chars", "max_list_items"):
             if getattr(self, name) < 1:
                 raise ValueError(f"clean.{name} must be >= 1, got {getattr(self, name)}")
+        if not 0 < self.temperature < float("inf"):  # nan too
+            raise ValueError(f"clean.temperature must be a finite number > 0, got {self.temperature}")
         if not 0 < self.consensus_threshold <= 1:
             raise ValueError(f"clean.consensus_threshold must be in (0, 1], got {self.consensus_threshold}")
 

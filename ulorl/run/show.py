@@ -185,6 +185,8 @@ class ShowError(UlorlError):
 def run_show(args: argparse.Namespace) -> int:
     if args.limit < 0:  # a slice would show all groups but that many
         raise ShowError(f"--limit {args.limit}: give a number of groups, or 0 for all")
+    if args.chars < -1:  # it was taken as -1
+        raise ShowError(f"--chars {args.chars}: give a number of characters, 0 for no text or -1 for all recorded")
     records = read_samples(args.run)
     if not records:
         print(f"{args.run}: samples.jsonl is empty (no step has finished yet)")
