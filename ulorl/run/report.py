@@ -2,7 +2,7 @@
 
 `step_metrics` is what the loggers get every step (names and meanings: docs/metrics.md);
 `record_trained` keeps what the summary needs in `history` (so it survives a resume);
-`summarize` is the end-of-run `summary.json`.
+`summarize` is the end-of-run `summary.json`, and `format_summary` its text at the end of `ulorl train`.
 """
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import resource
 from collections import Counter
 from pathlib import Path
 
-from ulorl.evaluation.metrics import length_stats
+from ulorl.evaluation.metrics import length_stats, z_text
 from ulorl.run.held_out import paired_by_length, solution_tokens
-from ulorl.run.numerics import numerics_report
+from ulorl.run.numerics import numerics_line, numerics_report
 from ulorl.run.session import TrainSession
 from ulorl.trajectory import Trajectory
 
@@ -166,3 +166,76 @@ def peak_rss_mib(session: TrainSession) -> dict:
         except OSError:
             pass
     return out
+
+
+def format_summary(s: dict) -> str:
+    if "stopped_at" in s:
+        return f"stopped at step {s['stopped_at']}; resume with --resume auto --output-dir {s['run_dir']}"
+    lines = ["", "=== ulorl train: summary ===", f"steps: {s['steps']}   trained samples: {s['trained_samples']}   "
+             f"dropped groups (dynamic sampling): {s['dropped_groups']}" +
+             (f"   groups dropped for a failed reward: {s['reward_failed_groups']}" if s.get("reward_failed_groups")
+              else "")]
+    pf = s.get("prefilter")
+    if pf:
+        lines.append(f"prefilter before RL (data.prefilter): of {pf['problems']} distinct problems, "
+                     f"{pf['dropped_easy']} too easy and {pf['dropped_hard']} too hard dropped; RL drew from "
+                     f"{pf['kept_rows']} of {pf['rows']} training rows")
+    b, a = s.get("eval_before") or {}, s.get("eval_after") or {}
+    for key in [k for k in b if k.startswith(("avg@", "pass@"))] + ["response_length/mean", "truncation_rate"]:
+        if key in b and key in a:
+            lines.append(f"held-out {key:<22} before {b[key]:.4f}   after {a[key]:.4f}   ({a[key] - b[key]:+.4f})")
+    p, pl = s.get("eval_paired"), s.get("eval_paired_long")
+    if p:
+        lines.append(f"paired over {p['num_problems']} problems: avg@k change {_paired(p)}")
+    if pl:
+        lines.append(f"  the {pl['num_problems']} of >= {pl['min_tokens']:,} solution tokens: avg@k change "
+                     f"{_paired(pl)}")
+    r = s.get("eval_reference")
+    if r:
+        lines.append(f"held-out P(worked solution), exact, {r['all']['num_problems']} problems: before "
+                     f"{r['before']:.4f}   after {r['after']:.4f}; change {_paired(r['all'])}")
+        if r.get("long"):
+            lines.append(f"  the {r['long']['num_problems']} of >= {r['long']['min_tokens']:,} solution tokens: "
+                         f"change {_paired(r['long'])}")
+    ent = s["entropy"]
+    if ent:
+        idx = sorted({0, len(ent) // 4, len(ent) // 2, 3 * len(ent) // 4, len(ent) - 1})
+        lines.append("entropy by step: " + "  ".join(f"{i + 1}:{ent[i]:.3f}" for i in idx))
+    total = sum(s["segments_hist"].values()) or 1
+    lines.append("trained samples by number of segments: " + "  ".join(
+        f"{k}: {v} ({100 * v / total:.0f}%)" for k, v in s["segments_hist"].items()))
+    if s.get("segments_eos_truncated"):
+        lines.append("  of which EOS / truncated: " + "  ".join(
+            f"{k}: {v['eos']}/{v['truncated']}" for k, v in s["segments_eos_truncated"].items()))
+        lines.append("  EOS answers of " + ", ".join(f">= {int(n):,} tokens: {c}"
+                                                     for n, c in s.get("trained_eos_at_least", {}).items()))
+    t = s.get("trained_lengths")
+    if t:
+        lines.append(f"trained response length: mean {t['mean']:.0f}  p50 {t['p50']:.0f}  p90 {t['p90']:.0f}  "
+                     f"max {t['max']:.0f}  truncated {100 * t['truncated_share']:.1f}%")
+    if s.get("staleness_hist"):
+        lines.append("trained samples by staleness (versions behind the updated policy): " + "  ".join(
+            f"{k}: {v}" for k, v in s["staleness_hist"].items()))
+    if s.get("phase_s"):
+        lines.append("time: " + ", ".join(f"{PHASES.get(k, k)} {_clock(v)}" for k, v in s["phase_s"].items()) +
+                     (f"; this process {_clock(s['wall_s'])}" if "wall_s" in s else ""))
+    mem = s.get("peak_rss_mib") or {}
+    if mem:
+        extra = f"   checkpoint {s['checkpoint_mib']:.1f} MiB" if "checkpoint_mib" in s else ""
+        lines.append("peak RSS: " + ", ".join(f"{k} {v:.0f} MiB" for k, v in mem.items()) + extra)
+    if s.get("cpu_numerics"):
+        lines.append(numerics_line(s["cpu_numerics"]))
+    lines.append(f"run folder: {s['run_dir']}  (metrics.jsonl, samples.jsonl, checkpoints/, config.yaml)")
+    return "\n".join(lines)
+
+
+def _clock(seconds: float) -> str:
+    """`75.4` -> `1:15`."""
+    m, sec = divmod(round(seconds), 60)
+    return f"{m}:{sec:02d}"
+
+
+def _paired(p: dict) -> str:
+    """A `paired_difference` result in points: change, standard error, z, problems better / worse."""
+    return (f"{100 * p['delta']:+.1f} points, standard error {100 * p['se']:.1f}, z = {z_text(p['z'])}; "
+            f"{p['better']} problems better, {p['worse']} worse")
