@@ -9,10 +9,10 @@
 #   PYTHON=/path/to/python bash benchmarks/gpu_check.sh   # an environment with ulorl's dependencies
 #
 # ENGINE=torch (no network, no vLLM: what a lent GPU machine has), in this order, each part under a timeout:
-# (1b) benchmarks/gpu_paged_check.py, issue 26's figures: bandwidth, the decode paths side by side, then the
-#      targets (decode at 256 rows against the bandwidth floor, segment rollout M = 1 and 4 at L = 16k, 128 rows at
-#      16k), then 64 rows, the parts of a step, M = 2 and 8 (PAGED_BUDGET 200 s for those to start, PAGED_TIMEOUT
-#      300 s; PAGED_PATHS);
+# (1b) benchmarks/gpu_paged_check.py, issue 26's figures: bandwidth, segment rollout M = 1 and 4 at L = 16k (the
+#      paper's mechanism, first), the decode paths side by side, then the other targets on the fastest path (decode
+#      at 256 rows against the bandwidth floor, 128 rows at 16k), then 64 rows, the parts of a step, M = 2 and 8
+#      (PAGED_BUDGET 200 s for those to start, PAGED_TIMEOUT 300 s; PAGED_PATHS);
 # (1)  benchmarks/gpu_engine_check.py: log-probs against the learner (printed first), 16 x 2,048 and 16 x 8,192
 #      new tokens, segment rollout M = 1 vs M = 4 at L = 4,096 (ENGINE_CHECK_TIMEOUT 90 s);
 # (2-4) with TRAIN=1: a 6-step training run with rollout.engine=torch, and again with train.pipeline=overlap;
@@ -88,15 +88,16 @@ if sys.argv[1] == "cuda" and not torch.cuda.is_available():
 EOF
 merge_into_summary environment environment.json
 # -- 1b. the paged torch engine's figures (issue 26; first, so that a short loan measures them) -------------
-# benchmarks/gpu_paged_check.py: device bandwidth; the flex decode path at 256 rows x 8k with CUDA graphs and its
-# settings side by side (full blocks, Triton stages / warps / SPLIT_KV, 128-token blocks), and our Triton kernel
-# (stages, slices, 128-token blocks); paths not started within 60 s are skipped; the rest runs on the fastest.
-# Then issue 26's targets, each started whatever the budget: decode ms/iteration of the Qwen2.5-0.5B shape
-# (random bf16 weights) at 256 rows x 2k/8k/32k contexts next to the bandwidth floor; segment rollout M = 1 and 4
-# on 32 groups x 8 (L = 16k, mean length L/8), trained samples/s; a Qwen3-1.7B-shaped batch of 128 rows at 16k
-# (long tail) in the pool that slots need for 25 rows. Then, each started within PAGED_BUDGET seconds (default
-# 200): decode at 64 rows; the sampler, the host's part of a step, the norms, the prefill; M = 2 and 8; M = 1, 4
-# and 8 on 8 groups x 8. Each segment rollout also gives its decode floor. The JSON is rewritten after each part
+# benchmarks/gpu_paged_check.py: device bandwidth; then issue 26's targets, each started whatever the budget:
+# segment rollout M = 1 and 4 on 32 groups x 8 (L = 16k, mean length L/8) of the Qwen2.5-0.5B shape (random bf16
+# weights), trained samples/s, on the path rollout.torch.decode_attention=auto takes (first: two runs ran out of
+# time before M = 4); the flex decode path at 256 rows x 8k with CUDA graphs and its settings side by side (full
+# blocks, Triton stages / warps / SPLIT_KV, 128-token blocks), and our Triton kernel (stages, slices, 128-token
+# blocks), paths not started within 60 s skipped; on the fastest of them, decode ms/iteration at 256 rows x
+# 2k/8k/32k contexts next to the bandwidth floor, and a Qwen3-1.7B-shaped batch of 128 rows at 16k (long tail) in
+# the pool that slots need for 25 rows. Then, each started within PAGED_BUDGET seconds (default 200): decode at 64
+# rows; the sampler, the host's part of a step, the norms, the prefill; M = 2 and 8; M = 1, 4 and 8 on 8 groups
+# x 8, all on the first rollouts' path. Each segment rollout also gives its decode floor. The JSON is rewritten after each part
 # (with its seconds, "part_s"), and PAGED_TIMEOUT (default 300 s) ends it. Into $OUT/gpu_check.json
 # ("paged_engine"), quoted by docs/scale.md. DEVICE=cpu: tiny shapes (a dry run). PAGED=0 skips it; PAGED_PATHS
 # picks the decode paths of the side-by-side (--paths).

@@ -24,7 +24,7 @@ time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
    the CPU; flex with graphs over KV blocks of 128 tokens, with full blocks, with other Triton settings; our
    Triton kernel `triton_decode.py` with graphs, its settings and slices), so the default
    (`rollout.torch.decode_attention=auto`: flex with graphs on CUDA, blocks of 64, inductor's settings) is
-   chosen on a measurement; the decode table and parts 3-4 run on the fastest path that ran
+   chosen on a measurement; the decode table and part 3 run on the fastest path that ran
    (`decode_attention_used`, `block_size_used`, `attention_options_used`). Paths not started within
    `--paths-budget-s` (60 s) are recorded as skipped, so that the targets keep their time.
    `decode`: the Qwen2.5-0.5B shape (24 layers, hidden 896, 14 heads, 2 KV heads), 64 and 256 rows at contexts
@@ -49,9 +49,11 @@ time the same as trained ones), lengths come from forced EOS (`forced_eos.py`):
    `segment_rollout_64_rows`: the same with 8 groups x 8 per round, M = 1, 4, 8, each until 128 samples
    finished: a batch whose decode is mostly the weights' bytes, where the floor allows more (M = 8 1.6-1.9x).
 
-Issue 26's targets come first, so that a short loan measures them: `bandwidth`, `attention_paths`, `decode_paths`,
-then the targets on the fastest path (`decode` at 256 rows, `segment_rollout` M = 1 and 4, `slots_vs_paged`), each
-started whatever the budget; then what explains them (`decode` at 64 rows, `sampler`, `host_step`, `norm`,
+Issue 26's targets come first, so that a short loan measures them: `bandwidth`, `attention_paths`, then the paper's
+mechanism (`segment_rollout` M = 1 and 4, on the path `rollout.torch.decode_attention=auto` takes: two H200 runs ran
+out of time before M = 4), `decode_paths`, then the other targets on the fastest path (`decode` at 256 rows,
+`slots_vs_paged`), each started whatever the budget. Every segment rollout (M = 2 and 8, 64 rows, later) runs on the
+path of the first one (`segment_path`), so that its speedups compare one engine. Then what explains them (`decode` at 64 rows, `sampler`, `host_step`, `norm`,
 `prefill`, `segment_rollout` M = 2 and 8, `segment_rollout_64_rows`), each started only within `--budget-s` (default
 300 s; a part skipped is recorded as skipped). The JSON is rewritten after every part, with each part's seconds in
 `part_s` (where a loan's minutes went) and the part under way in `part_running`, so a run cut short by a timeout
@@ -247,9 +249,9 @@ def attention_paths(dev: torch.device, rows: int, ctx: int, page: int = 256) -> 
     return out
 
 
-ATTENTION = "auto"  # --decode-attention: the engine's decode path for parts 3 and 4
-BLOCK_SIZE = None  # the KV block size for parts 3 and 4: the fastest path's (None: the engine's default)
-OPTIONS: dict = {}  # the decode path's options for parts 3 and 4 (TorchEngine's `attention_options`): the fastest's
+ATTENTION = "auto"  # --decode-attention: the engine's decode path for part 3 and the first of part 4
+BLOCK_SIZE = None  # the KV block size for part 3: the fastest path's (None: the engine's default)
+OPTIONS: dict = {}  # the decode path's options for part 3 (TorchEngine's `attention_options`): the fastest's
 # part 2's side-by-side at one point: every decode path, with and without CUDA graphs
 # --paths: name -> (decode attention, CUDA graphs, KV block size (None: the engine's), the path's options)
 VARIANT_NAMES = {
@@ -481,7 +483,9 @@ def slots_vs_paged(model, dev, rows: int, cap: int, segment: int, mean: float, s
             "warm_up_s": warm_s}
 
 
-def segment_rollout(model, dev, m: int, L: int, groups: int, target: int) -> dict:
+def segment_rollout(model, dev, m: int, L: int, groups: int, target: int, path: dict) -> dict:
+    """`SegmentRollout` with M = `m` until `target` samples finished, on the decode path `path` (`attention`,
+    `block_size`, `options`: every M of a comparison runs on the same one)."""
     from ulorl.data.records import PromptRecord
     from ulorl.plan.simulate import context_reads
     from ulorl.rollout.engines import SamplingParams
@@ -491,7 +495,8 @@ def segment_rollout(model, dev, m: int, L: int, groups: int, target: int) -> dic
 
     bpt = kv_bytes_per_token(model)
     kv_gib = min(0.6 * free_bytes(dev), groups * 8 * (L + 64) * bpt) / GIB
-    eng, eos = engine_for(model, kv_gib, groups * 8)
+    eng, eos = engine_for(model, kv_gib, groups * 8, path["attention"], block_size=path["block_size"],
+                          options=path["options"])
     HazardEOS.install(eng, L / 8, eos)
     records = [PromptRecord(prompt_id=i, prompt_tokens=[5 + (i * 7 + j) % 400 for j in range(64)], prompt_text="",
                             ground_truth="0", data_source="gpu_check") for i in range(4096)]
@@ -524,6 +529,7 @@ def segment_rollout(model, dev, m: int, L: int, groups: int, target: int) -> dic
             "decode_iterations": st.decode_iterations - iterations0, "prefill_tokens": st.prefill_tokens - prefill0,
             "context_tokens": context_reads(*zip(*segments)), "row_iterations": sum(n for _, n in segments),
             "preemptions": eng.stats.extra.get("preemptions", 0), "warm_up_s": warm_s,
+            "decode_attention": eng.decode_attention.value, "block_size": eng.block_size,
             "fallbacks": eng.table.fallbacks if eng.table else [], "sampler": sampler_used(eng),
             "prefill_attention": eng.runner.prefill_attention.name}
 
@@ -534,8 +540,9 @@ def main() -> int:
     p.add_argument("--quick", action="store_true", help="tiny shapes: a dry run of the script (CPU)")
     p.add_argument("--budget-s", type=float, default=300.0)
     p.add_argument("--out", default=None)
-    p.add_argument("--decode-attention", default="auto", help="the engine's decode path for the decode table and "
-                   "parts 3-4: auto (the fastest of decode_paths) | flex | triton | gather | split_k")
+    p.add_argument("--decode-attention", default="auto", help="the engine's decode path: auto (the decode table "
+                   "and part 3 take the fastest of decode_paths; part 4, measured before them, takes "
+                   "rollout.torch.decode_attention=auto's path) | flex | triton | gather | split_k")
     p.add_argument("--paths", default=",".join(DEFAULT_PATHS),
                    help=f"decode_paths' side-by-side, comma-separated from {', '.join(VARIANT_NAMES)}")
     p.add_argument("--paths-budget-s", type=float, default=60.0,
@@ -589,15 +596,6 @@ def main() -> int:
     wb, bpt = weight_bytes(small), kv_bytes_per_token(small)
     res["bytes"] = {"weights": wb, "kv_per_token": bpt}  # of the 0.5B shape (`gpu_report.py` prices with them)
     floor = lambda r: (wb + r["kv_bytes_read"]) / bw["bytes_per_s"] * 1000  # noqa: E731
-    with part("decode_paths"):
-        res["decode_paths"] = paths = decode_variants(small, dev, 4 if q else 256, 256 if q else 8192,
-                                                      4 if q else 10, floor, args.paths.split(","),
-                                                      args.paths_budget_s, res["skipped"])
-        ok = [r for r in paths if "ms_per_iteration" in r]
-        if ATTENTION == "auto" and ok:  # the rest of the check runs on the fastest path that ran here (recorded)
-            best = min(ok, key=lambda r: r["ms_per_iteration"])
-            ATTENTION, BLOCK_SIZE, OPTIONS = best["decode_attention"], best["block_size"], best["options"]
-        res.update(decode_attention_used=ATTENTION, block_size_used=BLOCK_SIZE, attention_options_used=OPTIONS)
 
     def decode_table(rows: int, target: bool = False) -> None:
         """ms per decode iteration of `rows` rows at each context into `res["decode"]`, next to the floor (a
@@ -629,16 +627,21 @@ def main() -> int:
         """Segment rollout of `groups` x 8 rows for each M until `samples` finished, into `res[key]`, with its decode
         floor and, once M = 1 is there, its speedups (saved after each M: a run cut short keeps them)."""
         out = res.setdefault(key, {})
+        # every M of every comparison on one path: the one in use when the first of them ran (the check's first
+        # target runs before `decode_paths`, on `rollout.torch.decode_attention=auto`'s path)
+        path = res.setdefault("segment_path", {"attention": ATTENTION, "block_size": BLOCK_SIZE, "options": OPTIONS})
         for m in ms:
             if left() < 0 and not target:
                 res["skipped"].append(f"{key} M={m}: budget")
                 continue
             with part(f"{key} M={m}"):
                 try:
-                    r = segment_rollout(small, dev, m, 256 if q else 16384, 2 if q else groups, 16 if q else samples)
+                    r = segment_rollout(small, dev, m, 256 if q else 16384, 2 if q else groups, 16 if q else samples,
+                                        path)
                 except Exception as e:
                     out[str(m)] = {"error": error_text(e, 400)}
                     continue
+                path.update(attention=r["decode_attention"], block_size=r["block_size"])  # "auto" as resolved here
                 # the same rollout at the bandwidth floor (its decode alone: weights per iteration, K/V per token)
                 r["decode_floor_s"] = (r["decode_iterations"] * wb + r["context_tokens"] * bpt) / bw["bytes_per_s"]
                 r["over_floor"] = r["seconds"] / r["decode_floor_s"]
@@ -651,11 +654,22 @@ def main() -> int:
                 print(f"{key} M={m}: {r['samples_per_s']:.2f} samples/s, {r['decoded_tokens_per_s']:.0f} tokens/s "
                       f"({r['over_floor']:.1f}x its decode floor)", file=sys.stderr, flush=True)
 
-    # issue 26's three targets first, each on the fastest decode path and each started whatever the budget (only
-    # the timeout ends them): decode at 256 rows, segment rollout M = 1 and 4 (the paper's mechanism), the batch
-    # that slots could not hold
-    decode_table(8 if q else 256, target=True)
+    # issue 26's three targets first, each started whatever the budget (only the timeout ends them). The paper's
+    # mechanism (segment rollout M = 1 and 4) comes before the side-by-side of decode paths, on the path that
+    # `rollout.torch.decode_attention=auto` takes (two H200 runs ran out of time before M = 4); then decode at 256
+    # rows on the fastest path, and the batch that slots could not hold
     run_segments("segment_rollout", (1, 4), 32, 256, target=True)
+    with part("decode_paths"):
+        res["decode_paths"] = paths = decode_variants(small, dev, 4 if q else 256, 256 if q else 8192,
+                                                      4 if q else 10, floor, args.paths.split(","),
+                                                      args.paths_budget_s, res["skipped"])
+        ok = [r for r in paths if "ms_per_iteration" in r]
+        if ATTENTION == "auto" and ok:  # the rest of the check runs on the fastest path that ran here (recorded)
+            best = min(ok, key=lambda r: r["ms_per_iteration"])
+            ATTENTION, BLOCK_SIZE, OPTIONS = best["decode_attention"], best["block_size"], best["options"]
+        res.update(decode_attention_used=ATTENTION, block_size_used=BLOCK_SIZE, attention_options_used=OPTIONS)
+
+    decode_table(8 if q else 256, target=True)
     with part("slots_vs_paged"):
         try:
             big = build_model(shapes["qwen3-1.7b"], dev, torch.bfloat16)

@@ -237,6 +237,11 @@ def report(name: str, p: dict) -> str:
             continue
         sf = (fit or {}).get("segments", {}).get(key, {})
         lines += ["", f"### `{key}`", ""]
+        path = p.get("segment_path")  # checks before 2026-12-07 ran them on the decode table's path
+        if path and path.get("attention") != p.get("decode_attention_used"):
+            lines += [f"Decode path {path['attention']} (blocks of {path['block_size']}), not the decode table's "
+                      f"{p.get('decode_attention_used', '-')}: the fitted decode prices these rollouts with the "
+                      "other path's cost.", ""]
         rows = []
         for m in ms:
             r = seg[m]

@@ -18,9 +18,9 @@ ROOT = Path(__file__).resolve().parents[3]
 TRITON_OFF_CUDA = "runs its kernel on CUDA"  # the triton paths' error on a CPU machine: expected here
 NO_LIMIT = "3000"  # the script's part timeouts and budgets, in seconds: a slow machine is not a failure
 # gpu_paged_check.py's parts up to issue 26's targets, in the order they run (`part_s`; the quick run's 8 rows
-# stand for 256)
-TARGETS_FIRST = ["bandwidth", "attention_paths", "decode_paths", "decode 8", "segment_rollout M=1",
-                 "segment_rollout M=4", "slots_vs_paged"]
+# stand for 256): the paper's mechanism before the side-by-side of decode paths
+TARGETS_FIRST = ["bandwidth", "attention_paths", "segment_rollout M=1", "segment_rollout M=4", "decode_paths",
+                 "decode 8", "slots_vs_paged"]
 
 
 @pytest.mark.slow
@@ -61,6 +61,9 @@ def test_every_part_of_the_gpu_check_gives_its_figures(tmp_path):
             assert seg[m]["samples"] >= 16 and seg[m]["fallbacks"] == [], seg[m]
             assert seg[m]["decode_floor_s"] > 0 and seg[m]["over_floor"] > 0, seg[m]
         assert {f"{s}_M{m}" for s in ("speedup", "floor_speedup") for m in ms[1:]} <= set(seg), key
+        # every M on the first rollouts' path (auto: split_k on CPU), whatever the side-by-side chose after them
+        assert {(seg[m]["decode_attention"], seg[m]["block_size"]) for m in ms} == {
+            (p["segment_path"]["attention"], p["segment_path"]["block_size"])} == {("split_k", 32)}, key
     slots = p["slots_vs_paged"]
     assert "error" not in slots and slots["rows"] == 8 and 0 < slots["peak_kv_gib"] <= slots["pool_gib"]
 
