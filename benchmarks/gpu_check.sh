@@ -96,11 +96,11 @@ merge_into_summary environment environment.json
 # blocks), paths not started within 60 s skipped; on the fastest of them, decode ms/iteration at 256 rows x
 # 2k/8k/32k contexts next to the bandwidth floor, and a Qwen3-1.7B-shaped batch of 128 rows at 16k (long tail) in
 # the pool that slots need for 25 rows. Then, each started within PAGED_BUDGET seconds (default 200): decode at 64
-# rows; the sampler, the host's part of a step, the norms, the prefill; M = 2 and 8; M = 1, 4 and 8 on 8 groups
-# x 8, all on the first rollouts' path. Each segment rollout also gives its decode floor. The JSON is rewritten after each part
-# (with its seconds, "part_s"), and PAGED_TIMEOUT (default 300 s) ends it. Into $OUT/gpu_check.json
-# ("paged_engine"), quoted by docs/scale.md. DEVICE=cpu: tiny shapes (a dry run). PAGED=0 skips it; PAGED_PATHS
-# picks the decode paths of the side-by-side (--paths).
+# rows; the sampler, the host's part of a step, the norms, the prefill; M = 2 and 8; M = 1, 4 and 8 on 8 groups x
+# 8, all on the first rollouts' path. Each segment rollout also gives its decode floor. The JSON is rewritten
+# after each part (with its seconds, "part_s"), and PAGED_TIMEOUT (default 300 s) ends it. Into
+# $OUT/gpu_check.json ("paged_engine"), quoted by docs/scale.md. DEVICE=cpu: tiny shapes (a dry run). PAGED=0
+# skips it; PAGED_PATHS picks the decode paths of the side-by-side (--paths).
 if [ "${PAGED:-1}" = 1 ]; then
 PAGED_QUICK=""; [ "$DEVICE" = cpu ] && PAGED_QUICK="--quick"
 timeout "${PAGED_TIMEOUT:-300}" "$PYTHON" benchmarks/gpu_paged_check.py --device "$DEVICE" $PAGED_QUICK \

@@ -53,11 +53,12 @@ Issue 26's targets come first, so that a short loan measures them: `bandwidth`, 
 mechanism (`segment_rollout` M = 1 and 4, on the path `rollout.torch.decode_attention=auto` takes: two H200 runs ran
 out of time before M = 4), `decode_paths`, then the other targets on the fastest path (`decode` at 256 rows,
 `slots_vs_paged`), each started whatever the budget. Every segment rollout (M = 2 and 8, 64 rows, later) runs on the
-path of the first one (`segment_path`), so that its speedups compare one engine. Then what explains them (`decode` at 64 rows, `sampler`, `host_step`, `norm`,
-`prefill`, `segment_rollout` M = 2 and 8, `segment_rollout_64_rows`), each started only within `--budget-s` (default
-300 s; a part skipped is recorded as skipped). The JSON is rewritten after every part, with each part's seconds in
-`part_s` (where a loan's minutes went) and the part under way in `part_running`, so a run cut short by a timeout
-keeps what it measured and says where it stopped. `--quick`: tiny shapes and lengths, a dry run of the script (CPU).
+path of the first one (`segment_path`), so that its speedups compare one engine. Then what explains them (`decode`
+at 64 rows, `sampler`, `host_step`, `norm`, `prefill`, `segment_rollout` M = 2 and 8, `segment_rollout_64_rows`),
+each started only within `--budget-s` (default 300 s; a part skipped is recorded as skipped). The JSON is rewritten
+after every part, with each part's seconds in `part_s` (where a loan's minutes went) and the part under way in
+`part_running`, so a run cut short by a timeout keeps what it measured and says where it stopped. `--quick`: tiny
+shapes and lengths, a dry run of the script (CPU).
 
     python benchmarks/gpu_paged_check.py [--device cuda] [--quick] [--budget-s 300] [--out gpu_paged_check.json]
 """
