@@ -54,7 +54,8 @@ def test_the_first_lines_name_the_source_and_count_the_changes(tmp_path):
                         f"(every setting: {tmp_path / 'config.yaml'}):")
     assert "  eval.k: 4 (default: 32)" in lines and not any("train.steps" in line for line in lines)
     assert _config_lines(load_run_config(), _args(None, []), tmp_path) == (
-        f"[ulorl] config: the defaults; no settings differ from the defaults (every setting: {tmp_path / 'config.yaml'})")
+        f"[ulorl] config: the defaults; no settings differ from the defaults "
+        f"(every setting: {tmp_path / 'config.yaml'})")
 
 
 def test_train_prints_the_changes_and_saves_every_setting(tmp_path, capsys):

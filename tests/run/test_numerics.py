@@ -239,8 +239,8 @@ def test_cpuinfo_reads_the_first_processor_and_the_model_id_names_family_and_mod
 def test_the_summary_names_what_decided_the_floats():
     """The console summary's numerics line, by hand, for a native run and a pinned one, and `format_summary` prints
     it (a user compares the result with the README's rows of the same kernel family)."""
-    from ulorl.run.report import format_summary
     from ulorl.run.numerics import numerics_line
+    from ulorl.run.report import format_summary
 
     native = {"mode": "native", "torch_cpu_capability": "AVX512", "mkl_cbwr": "", "threads": 2, "cpu": "AMD EPYC",
               "cpu_model": "AMD EPYC (family 26, model 2)"}

@@ -169,6 +169,7 @@ def peak_rss_mib(session: TrainSession) -> dict:
 
 
 def format_summary(s: dict) -> str:
+    """`summarize`'s dict (or a stopped run's `{"stopped_at", "run_dir"}`) as the text `ulorl train` ends with."""
     if "stopped_at" in s:
         return f"stopped at step {s['stopped_at']}; resume with --resume auto --output-dir {s['run_dir']}"
     lines = ["", "=== ulorl train: summary ===", f"steps: {s['steps']}   trained samples: {s['trained_samples']}   "
