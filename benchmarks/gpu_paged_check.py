@@ -562,6 +562,15 @@ def main() -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
+    import torch._dynamo
+
+    # dynamo counts compiled kernels per function across every engine of the process: this check builds ~20 engines
+    # whose flex kernels (one per batch bucket and pool size) come to about 100, near the per-function limit the
+    # engine sets for one engine (FLEX_RECOMPILE_LIMIT); past a limit dynamo runs flex eagerly, over the whole pool
+    dyn = torch._dynamo.config
+    dyn.recompile_limit = max(dyn.recompile_limit, 512)
+    if hasattr(dyn, "accumulated_recompile_limit"):
+        dyn.accumulated_recompile_limit = max(dyn.accumulated_recompile_limit, 1024)
     t_start = time.perf_counter()
     left = lambda: args.budget_s - (time.perf_counter() - t_start)  # noqa: E731
     shapes = QUICK if args.quick else SHAPES
