@@ -57,7 +57,9 @@ def test_the_floor_counts_are_the_steps_the_engine_ran(m, monkeypatch):
 
     monkeypatch.setattr(Scheduler, "_decode", counted)
     model = check.build_model(check.QUICK["qwen2.5-0.5b"], torch.device("cpu"), torch.float32)
-    r = check.segment_rollout(model, torch.device("cpu"), m, 256, 2, 16)
+    r = check.segment_rollout(model, torch.device("cpu"), m, 256, 2, 16, {"attention": "auto", "block_size": None,
+                                                                          "options": {}})
+    assert (r["decode_attention"], r["block_size"]) == ("split_k", 32)  # auto, as the CPU resolves it
     assert r["preemptions"] == 0 and r["samples"] >= 16 and r["rounds"] >= (1 if m == 1 else 2)
     assert r["decode_iterations"] == len(steps) > 0
     assert r["context_tokens"] == sum(steps)
