@@ -562,12 +562,11 @@ def main() -> int:
     from transformers.utils import logging as hf_logging
 
     hf_logging.set_verbosity_error()
-    import torch._dynamo
+    from torch._dynamo import config as dyn  # (`import torch._dynamo` here would make `torch` local to main)
 
     # dynamo counts compiled kernels per function across every engine of the process: this check builds ~20 engines
     # whose flex kernels (one per batch bucket and pool size) come to about 100, near the per-function limit the
     # engine sets for one engine (FLEX_RECOMPILE_LIMIT); past a limit dynamo runs flex eagerly, over the whole pool
-    dyn = torch._dynamo.config
     dyn.recompile_limit = max(dyn.recompile_limit, 512)
     if hasattr(dyn, "accumulated_recompile_limit"):
         dyn.accumulated_recompile_limit = max(dyn.accumulated_recompile_limit, 1024)
@@ -576,7 +575,9 @@ def main() -> int:
     shapes = QUICK if args.quick else SHAPES
     q = args.quick
     res: dict = {"device": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu", "quick": q,
-                 "torch": torch.__version__, "skipped": [], "part_s": {}, "decode": []}
+                 "torch": torch.__version__, "skipped": [], "part_s": {}, "decode": [],
+                 "dynamo_limits": {"recompile": dyn.recompile_limit,
+                                   "accumulated": getattr(dyn, "accumulated_recompile_limit", None)}}
     save = lambda: write_result(res, args.out)  # noqa: E731  (after every part: a timeout keeps what was measured)
 
     @contextlib.contextmanager

@@ -37,6 +37,7 @@ def test_every_part_of_the_gpu_check_gives_its_figures(tmp_path):
 
     p = r["paged_engine"]
     assert p["skipped"] == [] and p["quick"] is True and p["bandwidth"]["bytes_per_s"] > 0
+    assert p["dynamo_limits"] == {"recompile": 512, "accumulated": 1024}  # room for ~20 engines' flex kernels
     assert [(s["rows"], s["setting"]) for s in p["sampler"]] == [(4, "rollout"), (4, "paper_eval")]
     assert all(s["ms"] > 0 for s in p["sampler"])
     assert [h["rows"] for h in p["host_step"]] == [4] and p["host_step"][0]["ms_per_step"] > 0
