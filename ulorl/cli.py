@@ -246,8 +246,8 @@ def _user_errors() -> list[tuple[type[BaseException], int, object]]:
 def _flag_hint(parser: argparse.ArgumentParser, stray: list[str]) -> str:
     """For a command that takes flags only (eval, clean, plot, ...), what its `KEY=VALUE` arguments mean:
     `eval.num_problems=10` -> `; ulorl eval takes flags, not KEY=VALUE overrides: --num-problems 10`."""
-    pairs = [a.split("=", 1) for a in stray if "=" in a and not a.startswith("-")]
-    if not pairs or "overrides" in {a.dest for a in parser._actions}:
+    pairs = [a.split("=", 1) for a in stray if "=" in a and not a.startswith("-")]  # none where overrides are taken
+    if not pairs:
         return ""
     flags = set(parser._option_string_actions)
     named = [f"{flag} {value}" for key, value in pairs
