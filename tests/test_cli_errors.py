@@ -96,6 +96,21 @@ CONFIG_CASES = {
     "an eval data file no format reads, before the warm start": (
         lambda t: ["train", "-o", str(t / "run"), "model.warm_start=sft", "sft.steps=1", "logging.progress=false",
                    f"data.eval={_file(t)}"], "train", ["afile: cannot tell the format from the name"]),
+    "a bad train row, before the warm start": (
+        lambda t: ["train", "-o", str(t / "run"), "model.warm_start=sft", "sft.steps=1", "logging.progress=false",
+                   f"data.train={_jsonl(t, GOOD + NO_ANSWER)}"], "train",
+        ["in.jsonl: row 1, field 'answer': expected a reference answer", "data.on_bad_row=skip"]),
+    "train prompts all longer than data.max_prompt_len, before the warm start": (
+        lambda t: ["train", "-o", str(t / "run"), "model.warm_start=sft", "sft.steps=1", "logging.progress=false",
+                   f"data.train={_jsonl(t, GOOD)}", "data.max_prompt_len=3"], "train",
+        ["in.jsonl: 0/1 rows loaded", "1 prompt too long dropped: no usable prompts"]),
+    "eval.reference on rows without a worked solution, before the warm start": (
+        lambda t: ["train", "-o", str(t / "run"), "model.warm_start=sft", "sft.steps=1", "logging.progress=false",
+                   f"data.eval={_jsonl(t, GOOD)}", "eval.reference=true"], "train",
+        ["eval.reference=true", "in.jsonl: row 0 (prompt id 0) has no extra_info.solution"]),
+    "a bad held-out row, before the SFT": (
+        lambda t: ["sft", "-o", str(t / "run"), "sft.steps=1", "logging.progress=false",
+                   f"data.eval={_jsonl(t, NO_ANSWER + GOOD)}"], "sft", ["in.jsonl: row 0, field 'answer'"]),
     "sft's held-out file that is not there, before the SFT": (
         lambda t: ["sft", "-o", str(t / "run"), "sft.steps=1", "logging.progress=false",
                    f"data.eval={t / 'missing.jsonl'}"], "sft", ["missing.jsonl: no such file or folder"]),
@@ -241,6 +256,7 @@ def _binary_parquet(tmp: Path) -> str:
 
 
 GOOD = '{"prompt": "What is 1+1?", "answer": "2"}\n'
+NO_ANSWER = '{"prompt": "What is 2+2?"}\n'
 CLEAN_CASES = {
     "save_to_disk folder with a broken state.json": (lambda t: ["--input", _disk(t, "state.json")],
                                                       ["state.json", "_data_files"]),

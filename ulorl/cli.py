@@ -83,7 +83,7 @@ def cmd_sft(args) -> int:
     from ulorl.run.checkpoint import atomic_write_text, make_run_dir
     from ulorl.run.lock import RunLock
     from ulorl.run.numerics import apply_cpu_numerics
-    from ulorl.run.session import use_train_threads
+    from ulorl.run.session import check_data, use_train_threads
     from ulorl.run.sft_report import format_sft_report, prepare_sft_dir, sft_and_report
 
     cfg = _load_cfg(args)
@@ -91,6 +91,7 @@ def cmd_sft(args) -> int:
     check_runnable(cfg)
     check_sources(cfg.data, ("eval",))  # the SFT trains on its built-in task and is scored on data.eval
     use_train_threads(cfg)
+    check_data(cfg, ("eval",))  # a bad held-out row stops here, not after the SFT
     run_dir = make_run_dir(_run_dir(args, "sft"))
     with RunLock.acquire(run_dir):  # one process per folder, as for train
         prepare_sft_dir(run_dir)

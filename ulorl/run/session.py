@@ -8,7 +8,8 @@
    start moves an earlier run's outputs aside (`set_aside_earlier_run`);
 3. the policy to start from (`prepare_model`): the checkpoint's model when resuming (the warm start is
    never redone), else `model.path` or the SFT warm start (`model.warm_start=sft`), made once in the run
-   folder and reused while complete;
+   folder and reused while complete; before an SFT the data is loaded once and dropped (`check_data`), so that a
+   bad row stops the run before the SFT's minutes;
 4. `TrainSession`: loads that policy, builds the parts of the run (by the plain functions at the end
    of this file, in the order the constructor calls them), restores the checkpoint. The seconds of the
    warm start, the prefilter and the rest of the start go into the history's phase times (`add_phase_time`).
@@ -146,6 +147,7 @@ def prepare_model(cfg: RunConfig, run_dir: Path) -> tuple[str, float | None]:
     if (done / "config.json").exists() and (done / "model.safetensors").exists():  # made by an atomic rename
         say(f"reusing the SFT warm start in {done}")
         return str(done), None
+    check_data(cfg)  # the data the RL will load, checked before the minutes of SFT
     started = time.perf_counter()
     tmp = run_dir / f"warm_start.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -196,7 +198,8 @@ class TrainSession:
         self.ckpt_root = self.run_dir / CHECKPOINTS
         self.tokenizer, self.model = load_policy(cfg, policy)
         seed_everything(cfg.train.seed)  # after the warm start and model creation, which seed torch themselves
-        train_prompts, self.eval_prompts = load_data(cfg, self.tokenizer)
+        data = load_data(cfg, self.tokenizer)
+        train_prompts, self.eval_prompts = data["train"], data["eval"]
         # data.prefilter: judged by the starting policy at a fresh start, read back from the run folder on resume
         train_prompts, prefilter = apply_prefilter(cfg, self.run_dir, self.model, self.tokenizer, train_prompts,
                                                    fresh=not checkpoint)
@@ -307,17 +310,28 @@ def load_policy(cfg: RunConfig, policy: str):
     return tokenizer, model
 
 
-def load_data(cfg: RunConfig, tokenizer) -> tuple[list[PromptRecord], list[PromptRecord]]:
-    """(train prompts, eval prompts); each split's report is printed."""
-    train, report = load_prompts(cfg.data, tokenizer, "train")
-    say(f"train data: {report.summary()}")
-    evals = []
-    if cfg.data.eval:
-        evals, ereport = load_prompts(cfg.data, tokenizer, "eval")
-        say(f"eval data: {ereport.summary()}")
-        if cfg.eval.reference:
-            referenced_rows(cfg.eval, evals, f"data.eval={cfg.data.eval}", "eval.reference=true")
-    return train, evals
+def load_data(cfg: RunConfig, tokenizer, splits: tuple[str, ...] = ("train", "eval"),
+              show=say) -> dict[str, list[PromptRecord]]:
+    """The prompts of each of `splits` (an empty list for eval when `data.eval` is null); each split's report goes to
+    `show`. With `eval.reference`, every eval row the exact measure scores is checked to carry its worked solution."""
+    loaded = {}
+    for split in splits:
+        loaded[split] = []
+        if not cfg.data.sources(split):
+            continue
+        loaded[split], report = load_prompts(cfg.data, tokenizer, split)
+        show(f"{split} data: {report.summary()}")
+        if split == "eval" and cfg.eval.reference:
+            referenced_rows(cfg.eval, loaded[split], f"data.eval={cfg.data.eval}", "eval.reference=true")
+    return loaded
+
+
+def check_data(cfg: RunConfig, splits: tuple[str, ...] = ("train", "eval")) -> None:
+    """Load `splits` as the run will (`load_data`), with `model.path`'s tokenizer, which an SFT keeps, and drop them.
+    An SFT is preceded by this: a bad row (`data.on_bad_row=error`), a prompt the chat template refuses, a split that
+    `data.max_prompt_len` leaves empty or an eval row without its worked solution then stops the run at once, not
+    after the minutes of the SFT. `check_sources` only knows that the files are there and readable by name."""
+    load_data(cfg, load_tokenizer(cfg.model.path, cfg.model.trust_remote_code), splits, show=lambda line: None)
 
 
 def start_engine(cfg: RunConfig, placement: Placement, model, tokenizer, policy: str,
