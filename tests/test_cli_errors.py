@@ -103,7 +103,8 @@ CONFIG_CASES = {
     "train prompts all longer than data.max_prompt_len, before the warm start": (
         lambda t: ["train", "-o", str(t / "run"), "model.warm_start=sft", "sft.steps=1", "logging.progress=false",
                    f"data.train={_jsonl(t, GOOD)}", "data.max_prompt_len=3"], "train",
-        ["in.jsonl: 0/1 rows loaded", "1 prompt too long dropped: no usable prompts"]),
+        ["in.jsonl: 0/1 rows loaded", "1 prompt too long dropped: no usable prompts; raise data.max_prompt_len "
+         "(now 3 tokens) to keep the long ones"]),
     "eval.reference on rows without a worked solution, before the warm start": (
         lambda t: ["train", "-o", str(t / "run"), "model.warm_start=sft", "sft.steps=1", "logging.progress=false",
                    f"data.eval={_jsonl(t, GOOD)}", "eval.reference=true"], "train",

@@ -44,11 +44,12 @@ def test_a_source_without_one_usable_prompt_fails_before_the_model_loads(tmp_pat
     empty, long = tmp_path / "empty.jsonl", tmp_path / "long.jsonl"
     empty.write_text("")
     long.write_text(json.dumps({"prompt": "one two three four five six seven", "answer": "1"}) + "\n")
-    expected = {empty: "0/0 rows loaded, 0 bad rows skipped, 0 prompts too long dropped",
-                long: "0/1 rows loaded, 0 bad rows skipped, 1 prompt too long dropped"}
+    expected = {empty: "0/0 rows loaded, 0 bad rows skipped, 0 prompts too long dropped: no usable prompts",
+                long: "0/1 rows loaded, 0 bad rows skipped, 1 prompt too long dropped: no usable prompts; raise "
+                      "--max-prompt-len (now 8 tokens) to keep the long ones"}
     for source, summary in expected.items():
         argv = ["eval", "--model", str(tiny_model_dir), *ARGS[2:], "--data", str(source), "--max-prompt-len", "8",
                 "-o", str(tmp_path / "ev")]
         assert main(argv) == 2
-        assert capsys.readouterr().err == f"ulorl eval: error: {source}: {summary}: no usable prompts\n"
+        assert capsys.readouterr().err == f"ulorl eval: error: {source}: {summary}\n"
     assert not (tmp_path / "ev").exists()

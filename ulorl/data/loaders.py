@@ -173,7 +173,7 @@ def load_prompts(cfg: DataConfig, tokenizer, split: str = "train") -> tuple[list
         parts.append(rep)
     report = LoadReport.combine(parts)
     if not records:
-        raise DataError(f"{report.summary()}: no usable prompts")
+        raise report.nothing_usable("data.max_prompt_len", cfg.max_prompt_len)
     if split == "train" and cfg.shuffle:
         random.Random(cfg.seed).shuffle(records)
     return records, report

@@ -98,6 +98,12 @@ class LoadReport:
         if len(self.examples) < MAX_EXAMPLES:
             self.examples.append(issue.message(self.source))
 
+    def nothing_usable(self, max_len_key: str, max_len: int) -> DataError:
+        """The error of a load that kept no prompt: the summary, and the setting to raise when prompts were dropped
+        as too long (`max_len_key`, e.g. `data.max_prompt_len` or eval's `--max-prompt-len`, set to `max_len`)."""
+        hint = f"; raise {max_len_key} (now {max_len:,} tokens) to keep the long ones" if self.n_too_long else ""
+        return DataError(f"{self.summary()}: no usable prompts{hint}")
+
     def add_too_long(self, prompt_id: int) -> None:
         self.n_too_long += 1
         if len(self.too_long_ids) < MAX_EXAMPLES:

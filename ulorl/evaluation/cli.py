@@ -18,7 +18,6 @@ from ulorl.config.model import MODEL_DTYPES
 from ulorl.config.rollout import TorchEngineConfig
 from ulorl.config.train import CPU_NUMERICS
 from ulorl.data.loaders import load_source
-from ulorl.data.records import DataError
 from ulorl.errors import ConfigError, check_choice
 from ulorl.evaluation.evaluator import EvalResult, evaluate
 from ulorl.evaluation.reference import reference_means, referenced_rows, score_eval_references
@@ -294,7 +293,7 @@ def run_eval(args: argparse.Namespace) -> int:
     for source in sources:  # load (and validate) everything before the first sample is drawn
         records, report = load_source(source, tokenizer, data_cfg, split="eval", skip_hint="--on-bad-row skip")
         if not records:  # before the model loads
-            raise DataError(f"{report.summary()}: no usable prompts")
+            raise report.nothing_usable("--max-prompt-len", data_cfg.max_prompt_len)
         print(report.summary())
         if cfg.reference:
             referenced_rows(cfg, records, source, "--reference")
