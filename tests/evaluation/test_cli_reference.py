@@ -107,6 +107,10 @@ def test_eval_of_a_runs_model_points_to_the_runs_config(tmp_path, tiny_model_dir
     (tmp_path / "other" / "model").mkdir(parents=True)
     (tmp_path / "other" / "config.yaml").write_text("model:\n  path: x\n")  # no eval section: not a run's
     assert run_config_of(str(tmp_path / "other" / "model")) is None
+    (tmp_path / "other" / "config.yaml").write_text("eval:\n  k: 1\ndata:\n  eval: null\n")
+    assert run_config_of(str(tmp_path / "other" / "model")) is None  # a run with no held-out set: nothing to score on
+    (tmp_path / "other" / "config.yaml").write_text("eval:\n  k: 1\ndata:\n  eval: my.jsonl\n")
+    assert run_config_of(str(tmp_path / "other" / "model")).resolve() == (tmp_path / "other" / "config.yaml").resolve()
 
     common = ["--data", "builtin:chain", "--num-problems", "1", "--k", "1", "--pass-k", "1", "--max-new-tokens", "4"]
     assert main(["eval", "--model", str(run / "export"), *common, "-o", str(tmp_path / "a")]) == 0

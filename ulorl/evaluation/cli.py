@@ -138,7 +138,8 @@ def model_path(args: argparse.Namespace) -> str:
 def run_config_of(model: str) -> Path | None:
     """The `config.yaml` of the `ulorl train` / `ulorl sft` run folder a model folder sits in (RUN/export,
     RUN/warm_start/model, RUN/checkpoints/step_N/model, an SFT run's RUN/model), or None. A run's config is the
-    one with an `eval:` section, so a stray config.yaml above an unrelated folder is not taken for one."""
+    one with an `eval:` section, so a stray config.yaml above an unrelated folder is not taken for one; a run without
+    a held-out set (`data.eval: null`) gives None too: its config has nothing to score the model on."""
     import yaml
 
     if not Path(model).is_dir():  # a .gguf file, a package's name, the built-in model
@@ -147,11 +148,19 @@ def run_config_of(model: str) -> Path | None:
         config = folder / "config.yaml"
         try:
             if config.is_file() and isinstance(data := yaml.safe_load(config.read_text()), dict) and "eval" in data:
+                if not _has_held_out(data):
+                    return None
                 relative = os.path.relpath(config)  # as the user would type it, where it is below this folder
                 return config if relative.startswith("..") else Path(relative)
         except (OSError, yaml.YAMLError):  # not a run's config: no hint
             continue
     return None
+
+
+def _has_held_out(run_config: dict) -> bool:
+    """Whether a run's config names a held-out set: `data.eval` not null (absent: the default, the built-in task)."""
+    data = run_config.get("data") or {}
+    return isinstance(data, dict) and data.get("eval", BUILTIN_CHAIN) is not None
 
 
 def data_sources(args: argparse.Namespace) -> list[str]:
