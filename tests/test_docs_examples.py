@@ -7,7 +7,8 @@ import` must import; each call of an imported name, and each method call on an o
 (`v = Name(...)` or `with Name(...) as v`), must bind to the signature (as many positional arguments, the same
 keywords). A renamed function, method or keyword in the library fails here, not in a user's hands.
 
-Shell: each `ulorl ...` line of a code block parses with that command's own parser (its flags and their values),
+Shell: each `ulorl ...` line of a code block, and each example that a command's `--help` ends with (`ulorl.cli`'s
+`Command.examples`), parses with that command's own parser (its flags and their values),
 a preset it names from `configs/` exists, and its `key=value` overrides load onto that preset (or the defaults,
 when the preset is the reader's own file), as `ulorl config` would. Each `python benchmarks/X.py` (or
 `examples/X.py`) or `bash scripts/X.sh` names a file of the repository, and each `--flag` given to it is spelt in
@@ -126,12 +127,37 @@ def _commands(where: str, block: list[str]) -> list[tuple[str, list[str]]]:
     return found
 
 
-COMMANDS = command_lines()
+def help_examples() -> list[tuple[str, list[str]]]:
+    """(`ulorl NAME --help`, argv after `ulorl`) of each example a command's help ends with."""
+    from ulorl.cli import COMMANDS as CLI_COMMANDS
+
+    return [(f"ulorl {c.name} --help", shlex.split(line)[1:]) for c in CLI_COMMANDS for line, _ in c.examples]
+
+
+COMMANDS = command_lines() + help_examples()
 
 
 def test_the_docs_hold_ulorl_commands():
     assert len(COMMANDS) >= 25 and {argv[0] for _, argv in COMMANDS} >= {"train", "sft", "eval", "clean", "plot",
                                                                           "plan", "show", "config"}
+    from ulorl.cli import COMMANDS as CLI_COMMANDS
+
+    assert all(c.examples for c in CLI_COMMANDS)  # every command's help ends with examples
+
+
+def test_a_commands_help_keeps_its_examples_lines(capsys, monkeypatch):
+    from ulorl.cli import COMMANDS as CLI_COMMANDS
+    from ulorl.cli import main
+
+    monkeypatch.setenv("COLUMNS", "80")  # argparse fills text to the terminal's width
+    with pytest.raises(SystemExit):
+        main(["plan", "--help"])
+    out = capsys.readouterr().out
+    plan = next(c for c in CLI_COMMANDS if c.name == "plan")
+    expected = "\n".join(["examples:", *(f"  # {what}\n  {line}" for line, what in plan.examples)])
+    assert expected in out  # the longest line is not wrapped
+    assert max(len(line) for line, _ in plan.examples) > 120
+    assert "Simulate segment rollout (the real pools and rollout, lengths drawn from a\ndistribution)" in out  # filled
 
 
 @pytest.mark.parametrize("where,argv", COMMANDS, ids=[f"{w} {' '.join(a)[:40]}" for w, a in COMMANDS])

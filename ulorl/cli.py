@@ -129,47 +129,87 @@ def _add_train_args(p: argparse.ArgumentParser) -> None:
 
 @dataclass(frozen=True)
 class Command:
-    """A subcommand: its line in `ulorl --help`, its own help's description, and the functions that add its
-    arguments and run it ("module:function", imported when the parser is built)."""
+    """A subcommand: its line in `ulorl --help`, its own help's description, the functions that add its
+    arguments and run it ("module:function", imported when the parser is built), and the command lines its help
+    ends with (`examples`: (line, what it does); the tests parse every one)."""
 
     name: str
     help: str
     description: str
     arguments: str
     run: str
+    examples: tuple[tuple[str, str], ...] = ()
+
+    def epilog(self) -> str | None:
+        if not self.examples:
+            return None
+        return "\n".join(["examples:", *(f"  # {what}\n  {line}" for line, what in self.examples)])
+
+
+class _HelpFormatter(argparse.HelpFormatter):
+    """argparse's own, but a command's examples keep their lines (descriptions are still filled)."""
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        if text.startswith("examples:"):
+            return "\n".join(indent + line for line in text.splitlines())
+        return super()._fill_text(text, width, indent)
 
 
 COMMANDS = (
     Command("train", "RL training with segment rollout (the main job)",
             "Run UloRL training. With the built-in defaults: SFT warm start of the tiny model, accuracy before, RL "
-            "with segment rollout, accuracy after, summary.", "ulorl.cli:_add_train_args", "ulorl.cli:cmd_train"),
+            "with segment rollout, accuracy after, summary.", "ulorl.cli:_add_train_args", "ulorl.cli:cmd_train",
+            (("ulorl train --config configs/demo.yaml -o runs/demo", "the demo: SFT warm start, then RL"),
+             ("ulorl train --config configs/demo.yaml rollout.num_segments=2 algo.is_mode=sais -o runs/sais",
+              "overrides: any key of `ulorl config`"),
+             ("ulorl train --config configs/demo.yaml -o runs/sais --resume auto", "continue where it stopped"))),
     Command("sft", "supervised warm start of the model on the built-in task",
             "Train the model on worked solutions (sft.* settings), save an HF folder, report held-out accuracy and "
-            "the response-length distribution.", "ulorl.cli:_add_config_args", "ulorl.cli:cmd_sft"),
+            "the response-length distribution.", "ulorl.cli:_add_config_args", "ulorl.cli:cmd_sft",
+            (("ulorl sft --config configs/demo.yaml -o runs/sft", "the demo's warm start alone, then its report"),)),
     Command("eval", "avg@k / pass@k evaluation of a model on datasets",
             "Evaluate a model: avg@k, unbiased pass@k, length stats, truncation rate.",
-            "ulorl.evaluation.cli:add_eval_arguments", "ulorl.evaluation.cli:run_eval"),
+            "ulorl.evaluation.cli:add_eval_arguments", "ulorl.evaluation.cli:run_eval",
+            (("ulorl eval --model runs/sft/model --data builtin:chain --k 8 -o runs/eval", "avg@8, pass@k"),
+             ("ulorl eval --model runs/demo/export --config runs/demo/config.yaml -o runs/eval-demo",
+              "as the run's report scored it"),
+             ("ulorl eval --model my-model --data test.jsonl --prompt-key question --answer-key solution",
+              "your data, your columns"))),
     Command("clean", "the paper's data-cleaning pipeline",
             "Apply cleaning steps to a dataset; writes OUTPUT and OUTPUT.report.json.",
-            "ulorl.cleaning.clean:add_clean_arguments", "ulorl.cleaning.clean:run_clean"),
+            "ulorl.cleaning.clean:add_clean_arguments", "ulorl.cleaning.clean:run_clean",
+            (("ulorl clean --input data.jsonl --output clean.jsonl --steps multi_question,short_answer,long_answer",
+              "the rule steps"),)),
     Command("plot", "PNG figures overlaying runs' metrics",
             "Plot entropy, reward, lengths, mask ratio, pools, segments, step time.",
-            "ulorl.run.plot:add_plot_arguments", "ulorl.run.plot:run_plot"),
+            "ulorl.run.plot:add_plot_arguments", "ulorl.run.plot:run_plot",
+            (("ulorl plot runs/a runs/b -o plots/", "one PNG a panel and an overview, both runs overlaid"),)),
     Command("plan", "predict the time per step for each segment count M and recommend one",
             "Simulate segment rollout (the real pools and rollout, lengths drawn from a distribution) and price it "
             "with a cost model: predicted step time, speedup, utilisation, re-prefill share and staleness for each "
-            "M.", "ulorl.plan.cli:add_plan_arguments", "ulorl.plan.cli:run_plan"),
+            "M.", "ulorl.plan.cli:add_plan_arguments", "ulorl.plan.cli:run_plan",
+            (("ulorl plan --lengths-from runs/demo --calibrate --prompt-len 10", "a run's lengths, this CPU's costs"),
+             ("ulorl plan --lengths lognormal:median=16384,sigma=0.82 --max-len 65536 --decode-batch 1024 "
+              "--train-groups 128 --prompt-len 256 --paged --fit-table 1=1240,2=774", "the paper's Table 1"),
+             ("ulorl plan --memory --model qwen3-4b --lengths-k 32,64,128 --checkpointing",
+              "learner and KV memory at each L"))),
     Command("show", "print the samples of a training step (text, reward, segments, versions)",
             "Print what the model wrote at one step of a `ulorl train` run, group by group, from its "
             "samples.jsonl: reward, length, stop reason, segments and their versions.",
-            "ulorl.run.show:add_show_arguments", "ulorl.run.show:run_show"),
+            "ulorl.run.show:add_show_arguments", "ulorl.run.show:run_show",
+            (("ulorl show runs/demo --step 20", "what the model wrote at step 20"),
+             ("ulorl show runs/demo --status dropped --chars -1", "the dropped groups, whole texts"))),
     Command("export", "a run's trained model as a plain Hugging Face folder (LoRA merged)",
             "Write a run's checkpoint (the newest complete one, or --step N) as a Hugging Face folder: config, "
             "safetensors, tokenizer, generation config; LoRA adapters merged.",
-            "ulorl.run.export:add_export_arguments", "ulorl.run.export:run_export"),
+            "ulorl.run.export:add_export_arguments", "ulorl.run.export:run_export",
+            (("ulorl export runs/demo", "the newest complete checkpoint -> runs/demo/export"),
+             ("ulorl export runs/demo --step 10 -o step10", "step 10's, into step10/"))),
     Command("config", "print the resolved configuration",
             "Print the resolved config (preset + overrides) as YAML, validating every key.",
-            "ulorl.cli:_add_show_config_args", "ulorl.cli:cmd_config"),
+            "ulorl.cli:_add_show_config_args", "ulorl.cli:cmd_config",
+            (("ulorl config", "every key and its default"),
+             ("ulorl config --config configs/demo.yaml --changed", "what a preset changes"))),
 )
 
 
@@ -183,7 +223,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--debug", action="store_true", help="show the traceback of a user error (anywhere on the line)")
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for command in COMMANDS:
-        c = sub.add_parser(command.name, help=command.help, description=command.description)
+        c = sub.add_parser(command.name, help=command.help, description=command.description,
+                           epilog=command.epilog(), formatter_class=_HelpFormatter)
         resolve_function(command.arguments)(c)
         c.set_defaults(func=resolve_function(command.run), parser=c)
     return p
