@@ -136,6 +136,21 @@ def test_config_errors_are_one_line(case, tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "run" / "model").exists()  # ... or before the SFT
 
 
+def test_a_logger_whose_package_is_missing_fails_before_the_warm_start(tmp_path, capsys, monkeypatch):
+    # it was a traceback (ImportError) from the logger, after the minutes of the SFT warm start
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.delitem(sys.modules, "wandb", raising=False)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "wandb" else real(name, *a))
+    rc, err = run(["train", "-o", str(tmp_path / "run"), "model.warm_start=sft", "sft.steps=1",
+                   "logging.progress=false", "logging.loggers=[console,wandb]"], capsys)
+    assert rc == 2
+    assert_one_line(err, "train", "logging.loggers=['console', 'wandb'] needs the wandb package",
+                    "pip install 'ulorl[wandb]' or drop 'wandb' from logging.loggers")
+    assert not (tmp_path / "run").exists()  # refused before the run folder is made
+
+
 def test_ulorl_alone_lists_the_commands(capsys):
     assert cli([]) == 0
     out = capsys.readouterr().out

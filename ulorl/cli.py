@@ -88,7 +88,7 @@ def cmd_sft(args) -> int:
 
     cfg = _load_cfg(args)
     apply_cpu_numerics(cfg.train.cpu_numerics)  # before any tensor operation, as `ulorl train` does
-    check_runnable(cfg)
+    check_runnable(cfg, sft=True)
     check_sources(cfg.data, ("eval",))  # the SFT trains on its built-in task and is scored on data.eval
     use_train_threads(cfg)
     check_data(cfg, ("eval",))  # a bad held-out row stops here, not after the SFT

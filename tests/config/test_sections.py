@@ -164,6 +164,57 @@ def test_device_names_are_checked():
         check_runnable(load_run_config(None, [f"train.device=cuda:{n}"]))
 
 
+MISSING_PACKAGE_CASES = {  # override -> (package, the error's text, whether `ulorl sft` needs it too)
+    "rollout.engine=vllm": ("vllm", "rollout.engine=vllm needs the vllm package, which is not installed here: pip "
+                            "install 'ulorl[vllm]' (a GPU machine with CUDA), or use rollout.engine=torch", True),
+    "distributed.backend=ray": ("ray", "distributed.backend=ray needs the ray package, which is not installed here: "
+                                "pip install 'ulorl[ray]' or use distributed.backend=local", False),
+    "model.lora.rank=8": ("peft", "model.lora.rank=8 needs the peft package, which is not installed here: pip install "
+                          "'peft>=0.18' or use model.lora.rank=0 (every weight trained)", False),
+    "logging.loggers=[console,wandb]": ("wandb", "logging.loggers=['console', 'wandb'] needs the wandb package, which "
+                                        "is not installed here: pip install 'ulorl[wandb]' or drop 'wandb' from "
+                                        "logging.loggers", False),
+    "logging.loggers=[tensorboard]": ("tensorboard", "logging.loggers=['tensorboard'] needs the tensorboard package, "
+                                      "which is not installed here: pip install 'ulorl[tensorboard]' or drop "
+                                      "'tensorboard' from logging.loggers", False),
+}
+
+
+def _uninstall(monkeypatch, *names: str) -> None:
+    """Make `names` look not installed: not imported, and not found by importlib."""
+    import importlib.util
+    import sys
+
+    real = importlib.util.find_spec
+    for name in names:
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name in names else real(name, *a))
+
+
+@pytest.mark.parametrize("override", list(MISSING_PACKAGE_CASES))
+def test_a_setting_whose_package_is_missing_is_refused_before_any_work(override, monkeypatch):
+    from ulorl.config import check_runnable
+
+    import sys
+    import types
+
+    package, message, sft = MISSING_PACKAGE_CASES[override]
+    cfg = load_run_config(None, [override])
+    monkeypatch.setitem(sys.modules, package, types.ModuleType(package))  # imported: installed
+    check_runnable(cfg)
+    _uninstall(monkeypatch, package)
+    with pytest.raises(ConfigError) as e:
+        check_runnable(cfg)
+    assert str(e.value) == message
+    if sft:
+        with pytest.raises(ConfigError):
+            check_runnable(cfg, sft=True)
+    else:
+        check_runnable(cfg, sft=True)  # `ulorl sft` does not use it: a train preset still runs its SFT
+    _uninstall(monkeypatch, *(p for p, _, _ in MISSING_PACKAGE_CASES.values()))
+    check_runnable(load_run_config(None, []))  # the defaults need none of them
+
+
 def test_unreadable_config_files_are_one_line_errors(tmp_path):
     latin = tmp_path / "latin1.yaml"
     latin.write_bytes("train:\n  steps: 3 # caf\xe9\n".encode("latin-1"))

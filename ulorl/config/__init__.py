@@ -39,12 +39,13 @@ from ulorl.config.rollout import RolloutConfig, VLLMConfig
 from ulorl.config.sft import SFTConfig
 from ulorl.config.train import OptimizerName, PipelineMode, TrainConfig
 from ulorl.config.run import RunConfig, load_run_config, worst_case_groups
-from ulorl.config.machine import (WORKERS_PER_CPU, bound_by_machine, check_engine_installed, check_runnable,
+from ulorl.config.machine import (WORKERS_PER_CPU, bound_by_machine, check_packages_installed, check_runnable,
                                   usable_cpus)
 
 __all__ = ["BUILTIN_CHAIN", "LORA_ALL_LINEAR", "WORKERS_PER_CPU", "AlgoConfig", "BackendName", "BadRowPolicy",
            "CheckpointConfig", "ConfigError", "DataConfig", "DataFormat", "DistributedConfig", "EvalConfig",
            "LoggingConfig", "LoraConfig", "ModelConfig", "OptimizerName", "PipelineMode", "RewardConfig",
            "RewardFnConfig", "RolloutConfig", "RunConfig", "SFTConfig", "ShardingName", "TrainConfig", "VLLMConfig",
-           "bound_by_machine", "build", "changed_settings", "check_choice", "check_engine_installed", "check_runnable",
-           "dump_yaml", "load_config", "load_run_config", "to_dict", "usable_cpus", "worst_case_groups"]
+           "bound_by_machine", "build", "changed_settings", "check_choice", "check_packages_installed",
+           "check_runnable", "dump_yaml", "load_config", "load_run_config", "to_dict", "usable_cpus",
+           "worst_case_groups"]

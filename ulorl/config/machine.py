@@ -3,6 +3,10 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from ulorl.config.distributed import BackendName
 from ulorl.config.loader import ConfigError
 from ulorl.config.run import RunConfig
 from ulorl.rollout.engines.registry import EngineName
@@ -16,12 +20,13 @@ _DEVICE_COUNT = {
 }
 
 
-def check_runnable(cfg: RunConfig) -> None:
+def check_runnable(cfg: RunConfig, sft: bool = False) -> None:
     """What a valid config still needs from this machine, checked before any work (no warm start first):
-    the device exists, the engine's package is installed, and the judge's API key variable is set."""
+    the device exists, the optional packages its settings need are installed (`check_packages_installed`; `sft`:
+    only those `ulorl sft` uses), and the judge's API key variable is set."""
     import os
 
-    check_engine_installed(cfg)
+    check_packages_installed(cfg, sft)
     r = cfg.reward
     if r.judge != "none" and r.judge_url and r.api_key_env and not os.environ.get(r.api_key_env):
         raise ConfigError(f"reward.api_key_env={r.api_key_env!r}: that environment variable is not set or empty; "
@@ -81,12 +86,46 @@ def bound_by_machine(cfg: RunConfig) -> tuple[RunConfig, list[str]]:
     return dataclasses.replace(cfg, train=train, reward=reward), notes
 
 
-def check_engine_installed(cfg: RunConfig) -> None:
-    """An engine that needs an optional package fails here, before any work, with the install hint."""
+@dataclass(frozen=True)
+class OptionalPackage:
+    """A package that a setting needs and that ulorl does not install by default (one of pyproject's extras)."""
+
+    module: str  # its import name
+    install: str  # the command that installs it
+    needed_by: Callable[[RunConfig], str | None]  # the setting of a config that needs it, or None
+    instead: str  # how to run without it
+    sft: bool = False  # `ulorl sft` uses it too (its held-out evaluation builds the engine)
+
+
+def _logger(name: str) -> Callable[[RunConfig], str | None]:
+    return lambda c: f"logging.loggers={c.logging.loggers}" if name in c.logging.loggers else None
+
+
+OPTIONAL_PACKAGES = (
+    OptionalPackage("vllm", "pip install 'ulorl[vllm]'",
+                    lambda c: "rollout.engine=vllm" if c.rollout.engine == EngineName.VLLM.value else None,
+                    "(a GPU machine with CUDA), or use rollout.engine=torch", sft=True),
+    OptionalPackage("ray", "pip install 'ulorl[ray]'",
+                    lambda c: "distributed.backend=ray" if c.distributed.backend == BackendName.RAY.value else None,
+                    "or use distributed.backend=local"),
+    OptionalPackage("peft", "pip install 'peft>=0.18'",
+                    lambda c: f"model.lora.rank={c.model.lora.rank}" if c.model.lora.rank else None,
+                    "or use model.lora.rank=0 (every weight trained)"),
+    OptionalPackage("tensorboard", "pip install 'ulorl[tensorboard]'", _logger("tensorboard"),
+                    "or drop 'tensorboard' from logging.loggers"),
+    OptionalPackage("wandb", "pip install 'ulorl[wandb]'", _logger("wandb"), "or drop 'wandb' from logging.loggers"),
+)
+
+
+def check_packages_installed(cfg: RunConfig, sft: bool = False) -> None:
+    """A setting whose optional package is not installed fails here, before any work (the SFT warm start included),
+    with the install hint; `OPTIONAL_PACKAGES` lists them. `sft`: only the packages `ulorl sft` uses (a train
+    preset given to `ulorl sft` may name a logger that the SFT does not use)."""
     import importlib.util
     import sys
 
-    if cfg.rollout.engine == EngineName.VLLM.value and "vllm" not in sys.modules and \
-            importlib.util.find_spec("vllm") is None:
-        raise ConfigError("rollout.engine=vllm needs the vllm package, which is not installed here: pip install "
-                          "'ulorl[vllm]' (a GPU machine with CUDA), or use rollout.engine=torch")
+    for package in [p for p in OPTIONAL_PACKAGES if p.sft or not sft]:
+        setting = package.needed_by(cfg)
+        if setting and package.module not in sys.modules and importlib.util.find_spec(package.module) is None:
+            raise ConfigError(f"{setting} needs the {package.module} package, which is not installed here: "
+                              f"{package.install} {package.instead}")
