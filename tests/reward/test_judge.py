@@ -268,3 +268,71 @@ def test_from_url_passes_the_backend_settings_to_each_request():
         (path, body), = server.requests
     assert path == "/v1/chat/completions"
     assert body["model"] == "my-judge" and body["max_tokens"] == 5
+
+
+class ScriptedBackend:
+    """A `ChatBackend` whose replies come from a script: one list per batch (a reply, or the exception a real
+    backend returns for a call that failed)."""
+
+    def __init__(self, batches):
+        self.batches = list(batches)
+
+    def chat_many(self, conversations):
+        replies = self.batches.pop(0)
+        assert len(replies) == len(conversations)
+        return replies
+
+    def close(self):
+        pass
+
+
+def test_a_batch_the_judge_fails_entirely_is_said_once_until_it_answers_again():
+    import logging
+
+    from ulorl.reward.judge import JudgeError, JudgeTimeout
+
+    refused = JudgeError("judge unreachable or connection lost: Connection refused")
+    batches = [[refused, refused],  # down: said
+               [JudgeTimeout("no reply from judge within 2.0s")],  # still down: not said again
+               [],  # nothing asked: changes nothing
+               ["YES", refused],  # one answer: the judge is up
+               ["NO"],
+               ["maybe"]]  # down again: said
+
+    class Lines(logging.Handler):  # on the logger itself: a run in this process may stop its propagation
+        def __init__(self):
+            super().__init__(logging.WARNING)
+            self.lines = []
+
+        def emit(self, record):
+            self.lines.append(record.getMessage())
+
+    logger, lines = logging.getLogger("ulorl.reward.judge"), Lines()
+    logger.addHandler(lines)
+    try:
+        judge = GenerativeVerifier(ScriptedBackend(batches))
+        verdicts = [judge.judge(["a"] * len(b), ["b"] * len(b)) for b in list(batches)]
+    finally:
+        logger.removeHandler(lines)
+    assert verdicts == [[None, None], [None], [], [True, None], [False], [None]]
+    tail = ("their items keep the rule's verdict. Counted in reward/judge_failures and reward/judge_timeouts; said "
+            "again only after the judge has answered")
+    assert lines.lines == [
+        "the judge failed every call of a batch (2; the last: JudgeError: judge unreachable or connection lost: "
+        f"Connection refused): {tail}",
+        f"the judge failed every call of a batch (1; the last: a reply with no single YES or NO: 'maybe'): {tail}"]
+    assert judge.counters == {"reward/judge_calls": 7, "reward/judge_failures": 4, "reward/judge_timeouts": 1}
+
+
+def test_a_run_prints_the_reward_layers_warnings(capsys):
+    import logging
+
+    from ulorl.run.console import show_library_notes
+
+    show_library_notes()
+    logging.getLogger("ulorl.reward.judge").warning("the judge failed every call of a batch (%d)", 3)
+    logging.getLogger("ulorl.reward.judge").info("not printed: the reward layer's lines from WARNING on")
+    logging.getLogger("ulorl.rollout.collect").info("printed: the rollout's notes from INFO on")
+    out = capsys.readouterr().out
+    assert out == ("[ulorl] the judge failed every call of a batch (3)\n"
+                   "[ulorl] printed: the rollout's notes from INFO on\n")

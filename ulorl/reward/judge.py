@@ -14,11 +14,15 @@ Its reply is parsed strictly (:func:`parse_verdict`): after removing
 ``<think>...</think>``, the last word must be YES or NO and the other verdict
 word must not appear. Anything else is a *failure*; failures
 (``reward/judge_failures``) and timeouts (``reward/judge_timeouts``) fall back
-to the rule verdict (see ``manager.py``).
+to the rule verdict (see ``manager.py``). A batch of which every call failed is
+logged as a warning with its last error (logger ``ulorl.reward.judge``, which a
+run prints): once, and again only after the judge has answered, so that a judge
+that is down or misnamed is seen at once, not only in the metrics.
 """
 
 from __future__ import annotations
 
+import logging
 import re
 import string
 import threading
@@ -26,6 +30,8 @@ from collections.abc import Sequence
 from enum import Enum
 
 from ulorl.reward.judge_backends import ChatBackend, HFChatBackend, JudgeError, JudgeTimeout, OpenAIChatBackend
+
+log = logging.getLogger(__name__)
 
 __all__ = [
     "DEFAULT_JUDGE_PROMPT",
@@ -111,6 +117,7 @@ class GenerativeVerifier:
         self.backend = backend
         self.prompt_template = prompt_template
         self._counters = {"judge_calls": 0, "judge_failures": 0, "judge_timeouts": 0}
+        self._down = False  # every call of the last batch failed (and that was said)
         self._lock = threading.Lock()
 
     @classmethod
@@ -165,21 +172,32 @@ class GenerativeVerifier:
         replies = self.backend.chat_many(conversations)
         verdicts: list[bool | None] = []
         failures = timeouts = 0
+        last_error = ""
         for reply in replies:
             if isinstance(reply, JudgeTimeout):
                 timeouts += 1
                 verdicts.append(None)
+                last_error = str(reply)
             elif isinstance(reply, BaseException):
                 failures += 1
                 verdicts.append(None)
+                last_error = f"{type(reply).__name__}: {reply}"
             else:
                 v = parse_verdict(reply)
                 failures += v is None
                 verdicts.append(v)
+                if v is None:
+                    last_error = f"a reply with no single YES or NO: {reply[:80]!r}"
         with self._lock:
             self._counters["judge_calls"] += len(conversations)
             self._counters["judge_failures"] += failures
             self._counters["judge_timeouts"] += timeouts
+            down = bool(conversations) and failures + timeouts == len(conversations)
+            newly_down, self._down = down and not self._down, down if conversations else self._down
+        if newly_down:
+            log.warning("the judge failed every call of a batch (%d; the last: %s): their items keep the rule's "
+                        "verdict. Counted in reward/judge_failures and reward/judge_timeouts; said again only after "
+                        "the judge has answered", len(conversations), last_error)
         return verdicts
 
     def close(self) -> None:

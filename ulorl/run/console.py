@@ -1,7 +1,8 @@
 """What a run prints between progress bars: `say` writes one `[ulorl]` line above them.
 
 The layers below the run report through the standard `logging` module (the step rule's note on
-idle rounds: logger `ulorl.rollout`); `show_rollout_notes` routes those lines through `say`.
+idle rounds: logger `ulorl.rollout`; a judge that fails every call: `ulorl.reward`); `show_library_notes`
+routes those lines through `say`.
 """
 
 from __future__ import annotations
@@ -9,6 +10,9 @@ from __future__ import annotations
 import logging
 
 ROLLOUT_LOGGER = "ulorl.rollout"
+REWARD_LOGGER = "ulorl.reward"
+# the loggers a run prints, and from which level: the rollout's notes, the reward's warnings
+NOTES = {ROLLOUT_LOGGER: logging.INFO, REWARD_LOGGER: logging.WARNING}
 
 
 def say(msg: str) -> None:
@@ -22,10 +26,12 @@ class _SayHandler(logging.Handler):
         say(record.getMessage())
 
 
-def show_rollout_notes() -> None:
-    """Print the rollout layer's INFO lines with `say` (once per process; later calls change nothing)."""
-    logger = logging.getLogger(ROLLOUT_LOGGER)
-    if not any(isinstance(h, _SayHandler) for h in logger.handlers):
-        logger.addHandler(_SayHandler())
-        logger.setLevel(logging.INFO)
-        logger.propagate = False
+def show_library_notes() -> None:
+    """Print the lines of the loggers in `NOTES` with `say`, from their level on (once per process; later calls
+    change nothing)."""
+    for name, level in NOTES.items():
+        logger = logging.getLogger(name)
+        if not any(isinstance(h, _SayHandler) for h in logger.handlers):
+            logger.addHandler(_SayHandler())
+            logger.setLevel(level)
+            logger.propagate = False

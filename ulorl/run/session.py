@@ -46,7 +46,7 @@ from ulorl.rollout.prompt_source import PromptSource
 from ulorl.rollout.segment import SegmentRollout
 from ulorl.run.checkpoint import (CHECKPOINTS, CheckpointError, atomic_write_text, commit_resumed, decide_resume,
                                   make_run_dir, save_checkpoint, save_fingerprint, set_rng_state, step_dir)
-from ulorl.run.console import say, show_rollout_notes
+from ulorl.run.console import say, show_library_notes
 from ulorl.run.lock import RunLock
 from ulorl.run.numerics import apply_cpu_numerics
 from ulorl.run.prefilter import FILE as PREFILTER_FILE
@@ -69,7 +69,7 @@ def open_session(cfg: RunConfig, run_dir: str | Path, resume: str | None = None)
     apply_cpu_numerics(cfg.train.cpu_numerics)
     check_runnable(cfg)
     check_sources(cfg.data)  # a missing data file stops the run here, not after minutes of warm start
-    show_rollout_notes()
+    show_library_notes()
     warning = context_warning(cfg)
     if warning:
         say(warning)

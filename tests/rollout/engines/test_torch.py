@@ -222,7 +222,7 @@ def test_the_engine_says_what_it_runs_at_a_runs_start(fresh):
     tok, model = fresh
     eng = TorchEngine(model, [tok.eos_token_id], kv_cache_gib=0.01, block_size=8)
     assert eng.describe().endswith("KV pool not allocated yet")
-    # a handler on the logger itself, not caplog's: a run earlier in this process (`show_rollout_notes`) stops the
+    # a handler on the logger itself, not caplog's: a run earlier in this process (`show_library_notes`) stops the
     # logger propagating to the root, and whether caplog then hears it (or hears it twice) depends on pytest's version
     logger, lines = logging.getLogger(ROLLOUT_LOGGER), Lines()
     level = logger.level
