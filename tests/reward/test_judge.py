@@ -324,11 +324,16 @@ def test_a_batch_the_judge_fails_entirely_is_said_once_until_it_answers_again():
     assert judge.counters == {"reward/judge_calls": 7, "reward/judge_failures": 4, "reward/judge_timeouts": 1}
 
 
-def test_a_run_prints_the_reward_layers_warnings(capsys):
+def test_a_run_prints_the_reward_layers_warnings(capsys, monkeypatch):
     import logging
 
-    from ulorl.run.console import show_library_notes
+    from ulorl.run.console import NOTES, show_library_notes
 
+    for name in NOTES:  # as they were, after this test, whether or not a run in this process routed them already
+        logger = logging.getLogger(name)
+        monkeypatch.setattr(logger, "handlers", list(logger.handlers))  # show_library_notes appends to the copy
+        monkeypatch.setattr(logger, "level", logger.level)
+        monkeypatch.setattr(logger, "propagate", logger.propagate)
     show_library_notes()
     logging.getLogger("ulorl.reward.judge").warning("the judge failed every call of a batch (%d)", 3)
     logging.getLogger("ulorl.reward.judge").info("not printed: the reward layer's lines from WARNING on")
