@@ -193,10 +193,10 @@ def _uninstall(monkeypatch, *names: str) -> None:
 
 @pytest.mark.parametrize("override", list(MISSING_PACKAGE_CASES))
 def test_a_setting_whose_package_is_missing_is_refused_before_any_work(override, monkeypatch):
-    from ulorl.config import check_runnable
-
     import sys
     import types
+
+    from ulorl.config import check_runnable
 
     package, message, sft = MISSING_PACKAGE_CASES[override]
     cfg = load_run_config(None, [override])
