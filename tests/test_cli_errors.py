@@ -46,6 +46,19 @@ def _latin1(tmp: Path) -> list[str]:
     return ["config", "-c", str(tmp / "latin.yaml")]
 
 
+def _judge(tmp: Path, *spoilt: str) -> Path:
+    """The built-in tiny model's folder as a judge, with the files `spoilt` removed (config.json: emptied)."""
+    from ulorl.models import build_tiny_model
+
+    folder = build_tiny_model(tmp / "judge")
+    for name in spoilt:
+        if name == "config.json":
+            (folder / name).write_text("{}")
+        else:
+            (folder / name).unlink()
+    return folder
+
+
 def _sft_run(tmp: Path) -> Path:
     """The layout of a `ulorl sft` run folder: its model (a plain HF folder) at RUN/model, no checkpoints."""
     (tmp / "sft" / "model").mkdir(parents=True)
@@ -112,6 +125,25 @@ CONFIG_CASES = {
     "a bad held-out row, before the SFT": (
         lambda t: ["sft", "-o", str(t / "run"), "sft.steps=1", "logging.progress=false",
                    f"data.eval={_jsonl(t, NO_ANSWER + GOOD)}"], "sft", ["in.jsonl: row 0, field 'answer'"]),
+    "a judge model folder that is not there, before the warm start": (
+        lambda t: ["train", "-o", str(t / "run"), "model.warm_start=sft", "sft.steps=1", "logging.progress=false",
+                   "reward.judge=rule_then_judge", f"reward.judge_model_path={t / 'nojudge'}"], "train",
+        ["reward.judge_model_path=", "nojudge': no such folder", "reward.judge_url"]),
+    "a judge model folder without config.json": (
+        lambda t: ["train", "-o", str(t / "run"), *QUICK, "reward.judge=judge_only",
+                   f"reward.judge_model_path={t}"], "train", ["no config.json, so not a Hugging Face model folder"]),
+    "a judge model whose config does not load": (
+        lambda t: ["train", "-o", str(t / "run"), *QUICK, "reward.judge=judge_only",
+                   f"reward.judge_model_path={_judge(t, 'config.json')}"], "train",
+        ["judge': its config or tokenizer does not load (ValueError: "]),
+    "a judge model folder without its tokenizer's files": (
+        lambda t: ["train", "-o", str(t / "run"), *QUICK, "reward.judge=judge_only",
+                   f"reward.judge_model_path={_judge(t, 'tokenizer.json', 'tokenizer_config.json')}"], "train",
+        ["judge': its tokenizer is empty (are its files, e.g. tokenizer.json, in the folder?)"]),
+    "a judge model without a chat template, before the SFT": (
+        lambda t: ["sft", "-o", str(t / "run"), "sft.steps=1", "logging.progress=false", "reward.judge=judge_only",
+                   f"reward.judge_model_path={_judge(t, 'chat_template.jinja')}"], "sft",
+        ["judge': its tokenizer has no chat template", "use a chat (instruct) model"]),
     "sft's held-out file that is not there, before the SFT": (
         lambda t: ["sft", "-o", str(t / "run"), "sft.steps=1", "logging.progress=false",
                    f"data.eval={t / 'missing.jsonl'}"], "sft", ["missing.jsonl: no such file or folder"]),

@@ -23,7 +23,8 @@ _DEVICE_COUNT = {
 def check_runnable(cfg: RunConfig, sft: bool = False) -> None:
     """What a valid config still needs from this machine, checked before any work (no warm start first):
     the device exists, the optional packages its settings need are installed (`check_packages_installed`; `sft`:
-    only those `ulorl sft` uses), and the judge's API key variable is set."""
+    only those `ulorl sft` uses), the judge's API key variable is set and its local model loads as a chat model
+    (`check_judge_model`)."""
     import os
 
     check_packages_installed(cfg, sft)
@@ -31,10 +32,39 @@ def check_runnable(cfg: RunConfig, sft: bool = False) -> None:
     if r.judge != "none" and r.judge_url and r.api_key_env and not os.environ.get(r.api_key_env):
         raise ConfigError(f"reward.api_key_env={r.api_key_env!r}: that environment variable is not set or empty; "
                           "export it before the run (the key is read from it, never from a config)")
+    if r.judge != "none" and r.judge_model_path:
+        check_judge_model(r.judge_model_path, r.judge_trust_remote_code)
 
     for key, name in (("train.device", cfg.train.device), ("train.learner_device", cfg.train.learner_device)):
         if name:
             check_device(key, name)
+
+
+def check_judge_model(path: str, trust_remote_code: bool = False) -> None:
+    """ConfigError naming `reward.judge_model_path` when `path` is not a local model folder whose config and
+    tokenizer load, the tokenizer with a chat template (the judge is asked as a chat). Its weights load when the run
+    builds its rewards, after the SFT warm start; this checks the rest, in about a second."""
+    import os
+
+    key = f"reward.judge_model_path={path!r}"
+    if not os.path.isdir(path):
+        raise ConfigError(f"{key}: no such folder; give a local Hugging Face chat model's folder, or serve the judge "
+                          "and give reward.judge_url")
+    if not os.path.isfile(os.path.join(path, "config.json")):
+        raise ConfigError(f"{key}: no config.json, so not a Hugging Face model folder")
+    from transformers import AutoConfig, AutoTokenizer
+
+    try:
+        AutoConfig.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(path, trust_remote_code=trust_remote_code, local_files_only=True)
+    except Exception as e:  # noqa: BLE001 - whatever transformers raises for a folder it cannot read
+        raise ConfigError(f"{key}: its config or tokenizer does not load ({type(e).__name__}: "
+                          f"{' '.join(str(e).split())})") from None
+    if len(tokenizer) < 2:  # transformers makes an empty one of the config's type for a folder without its files
+        raise ConfigError(f"{key}: its tokenizer is empty (are its files, e.g. tokenizer.json, in the folder?)")
+    if getattr(tokenizer, "chat_template", None) is None:
+        raise ConfigError(f"{key}: its tokenizer has no chat template, and the judge is asked as a chat; use a chat "
+                          "(instruct) model")
 
 
 def check_device(key: str, name: str, usage: str | None = None) -> None:
