@@ -144,6 +144,13 @@ CONFIG_CASES = {
         lambda t: ["sft", "-o", str(t / "run"), "sft.steps=1", "logging.progress=false", "reward.judge=judge_only",
                    f"reward.judge_model_path={_judge(t, 'chat_template.jinja')}"], "sft",
         ["judge': its tokenizer has no chat template", "use a chat (instruct) model"]),
+    "eval's judge model folder that is not there, before the model loads": (
+        lambda t: ["eval", "--reward", "judge=judge_only", f"judge_model_path={t / 'nojudge'}", "-o", str(t / "ev")],
+        "eval", ["reward.judge_model_path=", "nojudge': no such folder"]),
+    "eval's judge key that is not set, before the model loads": (
+        lambda t: ["eval", "--reward", "judge=judge_only", "judge_url=http://127.0.0.1:9",
+                   "api_key_env=ULORL_TEST_UNSET_KEY", "-o", str(t / "ev")], "eval",
+        ["reward.api_key_env='ULORL_TEST_UNSET_KEY'", "not set"]),
     "sft's held-out file that is not there, before the SFT": (
         lambda t: ["sft", "-o", str(t / "run"), "sft.steps=1", "logging.progress=false",
                    f"data.eval={t / 'missing.jsonl'}"], "sft", ["missing.jsonl: no such file or folder"]),

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from ulorl.config.distributed import BackendName
 from ulorl.config.loader import ConfigError
+from ulorl.config.reward import RewardConfig
 from ulorl.config.run import RunConfig
 from ulorl.rollout.engines.registry import EngineName
 
@@ -24,20 +25,25 @@ def check_runnable(cfg: RunConfig, sft: bool = False) -> None:
     """What a valid config still needs from this machine, checked before any work (no warm start first):
     the device exists, the optional packages its settings need are installed (`check_packages_installed`; `sft`:
     only those `ulorl sft` uses), the judge's API key variable is set and its local model loads as a chat model
-    (`check_judge_model`)."""
+    (`check_judge_runnable`)."""
+    check_packages_installed(cfg, sft)
+    check_judge_runnable(cfg.reward)
+
+    for key, name in (("train.device", cfg.train.device), ("train.learner_device", cfg.train.learner_device)):
+        if name:
+            check_device(key, name)
+
+
+def check_judge_runnable(r: RewardConfig) -> None:
+    """The judge's API key variable is set (`reward.judge_url`) or its local model loads as a chat model
+    (`reward.judge_model_path`, `check_judge_model`); nothing without a judge."""
     import os
 
-    check_packages_installed(cfg, sft)
-    r = cfg.reward
     if r.judge != "none" and r.judge_url and r.api_key_env and not os.environ.get(r.api_key_env):
         raise ConfigError(f"reward.api_key_env={r.api_key_env!r}: that environment variable is not set or empty; "
                           "export it before the run (the key is read from it, never from a config)")
     if r.judge != "none" and r.judge_model_path:
         check_judge_model(r.judge_model_path, r.judge_trust_remote_code)
-
-    for key, name in (("train.device", cfg.train.device), ("train.learner_device", cfg.train.learner_device)):
-        if name:
-            check_device(key, name)
 
 
 def check_judge_model(path: str, trust_remote_code: bool = False) -> None:

@@ -13,7 +13,7 @@ from pathlib import Path
 from ulorl.config.data import BUILTIN_CHAIN, BadRowPolicy, DataConfig, DataFormat
 from ulorl.config.evaluation import EvalConfig
 from ulorl.config.loader import build
-from ulorl.config.machine import check_device
+from ulorl.config.machine import check_device, check_judge_runnable
 from ulorl.config.model import MODEL_DTYPES
 from ulorl.config.rollout import TorchEngineConfig
 from ulorl.config.train import CPU_NUMERICS
@@ -293,6 +293,7 @@ def run_eval(args: argparse.Namespace) -> int:
     apply_cpu_numerics(numerics)  # before any tensor operation, as `ulorl train` does
     check_device("--device", args.device, "--device cpu")
     reward_cfg = reward_config_from_args(args)  # a bad function fails here, before any model loads
+    check_judge_runnable(reward_cfg)  # and a judge without its key or with an unusable local model
     cfg, path = eval_config(args), model_path(args)
     data_cfg, sources = data_config(args, cfg), data_sources(args)
     # resolved as the loaders will (a GGUF converts once), an unusable model named as the user gave it
