@@ -151,6 +151,10 @@ CONFIG_CASES = {
         lambda t: ["eval", "--reward", "judge=judge_only", "judge_url=http://127.0.0.1:9",
                    "api_key_env=ULORL_TEST_UNSET_KEY", "-o", str(t / "ev")], "eval",
         ["reward.api_key_env='ULORL_TEST_UNSET_KEY'", "not set"]),
+    "clean's judge model folder that is not there, with model steps": (
+        lambda t: ["clean", "--input", "builtin:chain", "-o", str(t / "c.jsonl"), "--model", "builtin", "--reward",
+                   "judge=judge_only", f"judge_model_path={t / 'nojudge'}"], "clean",
+        ["reward.judge_model_path=", "nojudge': no such folder"]),
     "sft's held-out file that is not there, before the SFT": (
         lambda t: ["sft", "-o", str(t / "run"), "sft.steps=1", "logging.progress=false",
                    f"data.eval={t / 'missing.jsonl'}"], "sft", ["missing.jsonl: no such file or folder"]),

@@ -18,7 +18,7 @@ from pathlib import Path
 from ulorl.cleaning.steps import (MODEL_STEPS, RULE_STEPS, STEPS, Action, CleanContext, CleanOptions, CleanStep,
                                   parse_steps)
 from ulorl.config.data import BadRowPolicy, DataConfig, DataFormat
-from ulorl.config.machine import check_device
+from ulorl.config.machine import check_device, check_judge_runnable
 from ulorl.config.model import MODEL_DTYPES
 from ulorl.data.formats import Storage, detect_storage, output_storage, write_rows
 from ulorl.data.loaders import read_source, validate_source
@@ -216,6 +216,8 @@ def _decoded_prompt(row: dict, v: ValidRow, schema: RowSchema) -> dict:
 def run_clean(args: argparse.Namespace) -> int:
     """Read, validate, clean and write; the report goes to `<output>.report.json`."""
     reward = reward_config_from_args(args)  # a bad reward function fails before any data or model loads
+    if args.model:  # the model steps score samples with it: its judge too
+        check_judge_runnable(reward)
     data_cfg = DataConfig(format=args.format, prompt_key=args.prompt_key, answer_key=args.answer_key,
                           data_source_key=args.data_source_key, on_bad_row=args.on_bad_row)
     steps = args.steps or ",".join(s.value for s in RULE_STEPS + (MODEL_STEPS if args.model else []))
