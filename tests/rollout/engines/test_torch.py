@@ -172,8 +172,11 @@ def test_kv_budget_is_checked_before_allocating(tiny):
     # tiny model: 3 layers x 2 KV heads x 32 dims x (K, V) x 4 bytes = 1536 bytes per token; blocks of 32 tokens:
     # a budget of 1536 x 32 x 31 bytes holds 31 blocks = 992 tokens
     eng = TorchEngine(model, [tok.eos_token_id], max_batch=64, kv_cache_gib=1536 * 32 * 31 / 1024**3, block_size=32)
-    with pytest.raises(KVCacheBudgetError, match=r"rollout\.kv_cache_gib.*rollout\.max_response_len"):
+    with pytest.raises(KVCacheBudgetError) as e:
         eng.reserve(64, 993)  # one sequence of 993 tokens needs 32 blocks
+    assert str(e.value).startswith("one sequence of 993 tokens (prefix + new tokens) needs 1.5 MiB of KV cache, over "
+                                   "the budget rollout.kv_cache_gib=0.00141907 (1.45 MiB); raise rollout.kv_cache_gib")
+    assert "lower rollout.max_response_len" in str(e.value)
     assert eng.cache is None  # nothing was allocated
     with pytest.raises(KVCacheBudgetError):
         eng.generate([[5] * 10], 983, SamplingParams())

@@ -61,11 +61,17 @@ def check_budget(shape: KVShape, block_size: int, tokens: int, budget_gib: float
     need = -(-tokens // block_size)
     have = pool_blocks(shape, block_size, budget_gib)
     if need > have:
-        gib = need * block_size * shape.bytes_per_token / GIB
+        needed = need * block_size * shape.bytes_per_token
         raise KVCacheBudgetError(
-            f"one sequence of {tokens} tokens (prefix + new tokens) needs {gib:.3f} GiB of KV cache, over the budget "
-            f"rollout.kv_cache_gib={budget_gib:g}; raise rollout.kv_cache_gib if the memory is there, or lower "
-            f"rollout.max_response_len (sequences beyond what fits at once wait, or are preempted and resumed)")
+            f"one sequence of {tokens:,} tokens (prefix + new tokens) needs {_size(needed)} of KV cache, over the "
+            f"budget rollout.kv_cache_gib={budget_gib:g} ({_size(budget_gib * GIB)}); raise rollout.kv_cache_gib if "
+            f"the memory is there, or lower rollout.max_response_len (sequences beyond what fits at once wait, or are "
+            f"preempted and resumed)")
+
+
+def _size(nbytes: float) -> str:
+    """`nbytes` for a message: GiB from 1 GiB on (two decimals), MiB below (three significant digits)."""
+    return f"{nbytes / GIB:.2f} GiB" if nbytes >= GIB else f"{nbytes / 2**20:.3g} MiB"
 
 
 MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000)  # Linux's value; not exported by every Python
