@@ -274,6 +274,18 @@ def test_cli_bad_input_names_the_field(argv, field, capsys):
     assert field in capsys.readouterr().err
 
 
+def test_cli_without_a_lengths_source_says_what_to_give_in_one_line(capsys):
+    # it was argparse's usage (15 lines) and "one of the arguments ... is required"
+    assert main(["plan"]) == 2
+    err = capsys.readouterr().err
+    assert err == ("ulorl plan: error: give where the answer lengths come from: --lengths-from RUN_DIR (a run's "
+                   "samples) or --lengths SPEC (a distribution); or --memory for memory instead of time. "
+                   "`ulorl plan --help` ends with examples\n")
+    with pytest.raises(SystemExit):  # two sources are still argparse's error
+        main(["plan", "--lengths", "fixed:length=10", "--memory"])
+    assert "not allowed with argument" in capsys.readouterr().err
+
+
 def test_cost_file_errors_name_the_field(tmp_path):
     p = tmp_path / "c.json"
     p.write_text(json.dumps({"decode_fixed": 0.1, "decode_speed": 2}))

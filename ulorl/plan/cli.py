@@ -33,7 +33,7 @@ class PlanError(ValueError):
 
 
 def add_plan_arguments(p: argparse.ArgumentParser) -> None:
-    src = p.add_mutually_exclusive_group(required=True)
+    src = p.add_mutually_exclusive_group()  # one of them is required: `run_plan` says so in one line
     src.add_argument("--lengths-from", metavar="RUN_DIR", help="a run folder: response lengths from samples.jsonl")
     src.add_argument("--lengths", metavar="SPEC", help="lognormal:median=..,sigma=..[,max=..,rho=..] | "
                      "geometric:mean=..[,max=..] | pareto:alpha=..,min=..[,max=..] | "
@@ -142,6 +142,11 @@ def build_workload(args) -> tuple[Workload, str]:
 def run_plan(args) -> int:
     if getattr(args, "memory", False):
         return run_memory(args)
+    if not (args.lengths_from or args.lengths):
+        print("ulorl plan: error: give where the answer lengths come from: --lengths-from RUN_DIR (a run's samples) "
+              "or --lengths SPEC (a distribution); or --memory for memory instead of time. `ulorl plan --help` ends "
+              "with examples", file=sys.stderr)
+        return 2
     try:
         w, described = build_workload(args)
         try:
