@@ -79,7 +79,6 @@ def cmd_train(args) -> int:
 
 def cmd_sft(args) -> int:
     from ulorl.config import check_runnable, dump_yaml
-    from ulorl.data import check_sources
     from ulorl.run.checkpoint import atomic_write_text, make_run_dir
     from ulorl.run.lock import RunLock
     from ulorl.run.numerics import apply_cpu_numerics
@@ -89,9 +88,10 @@ def cmd_sft(args) -> int:
     cfg = _load_cfg(args)
     apply_cpu_numerics(cfg.train.cpu_numerics)  # before any tensor operation, as `ulorl train` does
     check_runnable(cfg, sft=True)
-    check_sources(cfg.data, ("eval",))  # the SFT trains on its built-in task and is scored on data.eval
     use_train_threads(cfg)
-    check_data(cfg, ("eval",))  # a bad held-out row stops here, not after the SFT
+    # the SFT trains on its built-in task and is scored on data.eval: a held-out file that is not there, or a bad
+    # row of it, stops here, not after the SFT
+    check_data(cfg, ("eval",))
     run_dir = make_run_dir(_run_dir(args, "sft"))
     with RunLock.acquire(run_dir):  # one process per folder, as for train
         prepare_sft_dir(run_dir)

@@ -55,9 +55,9 @@ def _storage_for(path: str, fmt: DataFormat) -> Storage:
 
 def check_sources(cfg: DataConfig, splits: tuple[str, ...] = ("train", "eval")) -> None:
     """DataError naming the first source of `splits` that cannot be read: an unknown built-in task, a file or
-    folder that is not there, an extension no format reads. Nothing is read: `ulorl train` checks this before
-    its warm start (and `ulorl sft` its held-out set before the SFT), which would otherwise run for minutes and
-    then stop at the data."""
+    folder that is not there, an extension no format reads. Nothing is read: `ulorl train` checks this at
+    start, whether or not a warm start follows (before one, the data is also loaded: `run.session.check_data`,
+    which is all `ulorl sft` asks of its held-out set)."""
     fmt = DataFormat(cfg.format)
     for source in [s for split in splits for s in cfg.sources(split)]:
         if source.startswith("builtin:"):
