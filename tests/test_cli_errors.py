@@ -59,6 +59,19 @@ def _judge(tmp: Path, *spoilt: str) -> Path:
     return folder
 
 
+def _sliding(tmp: Path) -> Path:
+    """The built-in tiny model's folder with sliding-window attention in every layer (its weights unchanged):
+    an SFT trains it, the torch engine refuses it."""
+    from ulorl.models import build_tiny_model
+
+    folder = build_tiny_model(tmp / "sliding")
+    config = json.loads((folder / "config.json").read_text())
+    config.pop("layer_types", None)
+    config.update(use_sliding_window=True, sliding_window=8, max_window_layers=0)
+    (folder / "config.json").write_text(json.dumps(config))
+    return folder
+
+
 def _sft_run(tmp: Path) -> Path:
     """The layout of a `ulorl sft` run folder: its model (a plain HF folder) at RUN/model, no checkpoints."""
     (tmp / "sft" / "model").mkdir(parents=True)
@@ -122,6 +135,16 @@ CONFIG_CASES = {
         lambda t: ["train", "-o", str(t / "run"), "model.warm_start=sft", "sft.steps=1", "logging.progress=false",
                    f"data.eval={_jsonl(t, GOOD)}", "eval.reference=true"], "train",
         ["eval.reference=true", "in.jsonl: row 0 (prompt id 0) has no extra_info.solution"]),
+    "a KV cache budget too small, before the warm start": (
+        lambda t: ["train", "-o", str(t / "run"), "model.warm_start=sft", "sft.steps=1", "logging.progress=false",
+                   "rollout.kv_cache_gib=0.0001"], "train",
+        # 10-token prompt + 160 new tokens: 6 blocks of 32 x 1,536 bytes per token = 0.281 MiB; 0.0001 GiB = 0.102 MiB
+        ["needs 0.281 MiB of KV cache, over the budget rollout.kv_cache_gib=0.0001 (0.102 MiB)",
+         "lower rollout.max_response_len"]),
+    "a model the torch engine does not run, before the warm start": (
+        lambda t: ["train", "-o", str(t / "run"), "model.warm_start=sft", "sft.steps=1", "logging.progress=false",
+                   f"model.path={_sliding(t)}"], "train",
+        ["sliding-window attention (qwen3, layer types ['sliding_attention'])", "use rollout.engine=hf"]),
     "a bad held-out row, before the SFT": (
         lambda t: ["sft", "-o", str(t / "run"), "sft.steps=1", "logging.progress=false",
                    f"data.eval={_jsonl(t, NO_ANSWER + GOOD)}"], "sft", ["in.jsonl: row 0, field 'answer'"]),

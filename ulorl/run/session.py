@@ -41,6 +41,7 @@ from ulorl.models.loading import positions_short_of
 from ulorl.models.lora import load_policy_model
 from ulorl.reward import RewardManager
 from ulorl.rollout.engines.base import Engine, SamplingParams
+from ulorl.rollout.engines.registry import EngineName
 from ulorl.rollout.pools import ExperiencePool, UnfinishedPool
 from ulorl.rollout.prompt_source import PromptSource
 from ulorl.rollout.segment import SegmentRollout
@@ -147,7 +148,8 @@ def prepare_model(cfg: RunConfig, run_dir: Path) -> tuple[str, float | None]:
     if (done / "config.json").exists() and (done / "model.safetensors").exists():  # made by an atomic rename
         say(f"reusing the SFT warm start in {done}")
         return str(done), None
-    check_data(cfg)  # the data the RL will load, checked before the minutes of SFT
+    # the data the RL will load and what its engine checks at start, before the minutes of SFT
+    check_engine_fits(cfg, check_data(cfg)["train"])
     started = time.perf_counter()
     tmp = run_dir / f"warm_start.tmp-{os.getpid()}"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -326,12 +328,38 @@ def load_data(cfg: RunConfig, tokenizer, splits: tuple[str, ...] = ("train", "ev
     return loaded
 
 
-def check_data(cfg: RunConfig, splits: tuple[str, ...] = ("train", "eval")) -> None:
-    """Load `splits` as the run will (`load_data`), with `model.path`'s tokenizer, which an SFT keeps, and drop them.
-    An SFT is preceded by this: a bad row (`data.on_bad_row=error`), a prompt the chat template refuses, a split that
-    `data.max_prompt_len` leaves empty or an eval row without its worked solution then stops the run at once, not
-    after the minutes of the SFT. `check_sources` only knows that the files are there and readable by name."""
-    load_data(cfg, load_tokenizer(cfg.model.path, cfg.model.trust_remote_code), splits, show=lambda line: None)
+def check_data(cfg: RunConfig, splits: tuple[str, ...] = ("train", "eval")) -> dict[str, list[PromptRecord]]:
+    """Load `splits` as the run will (`load_data`), with `model.path`'s tokenizer, which an SFT keeps, and return
+    them. An SFT is preceded by this: a bad row (`data.on_bad_row=error`), a prompt the chat template refuses, a split
+    that `data.max_prompt_len` leaves empty or an eval row without its worked solution then stops the run at once,
+    not after the minutes of the SFT. `check_sources` only knows that the files are there and readable by name."""
+    return load_data(cfg, load_tokenizer(cfg.model.path, cfg.model.trust_remote_code), splits, show=lambda line: None)
+
+
+def check_engine_fits(cfg: RunConfig, train_prompts: list[PromptRecord]) -> None:
+    """The torch engine's start-up checks, made from `model.path`'s config before an SFT (which keeps the model's
+    architecture): its model type (`check_supported_config`) and its KV budget (`check_budget`: one sequence of the
+    longest prompt + L must fit `rollout.kv_cache_gib`). The engine makes both again when the RL starts
+    (`start_engine`); made only there, they stopped the run after the SFT's minutes."""
+    r = cfg.rollout
+    if r.engine != EngineName.TORCH.value:
+        return
+    from transformers import AutoConfig
+
+    from ulorl.models.loading import resolve_model_path
+    from ulorl.models.lora import adapter_base
+    from ulorl.rollout.engines.torch.engine import block_size_for
+    from ulorl.rollout.engines.torch.kv_cache import check_budget, kv_shape_of
+    from ulorl.rollout.engines.torch.runner import check_supported_config
+
+    folder = resolve_model_path(cfg.model.path)
+    config = AutoConfig.from_pretrained(adapter_base(folder) or folder, local_files_only=True,
+                                        trust_remote_code=cfg.model.trust_remote_code)
+    check_supported_config(config)
+    dtype = getattr(torch, cfg.model.dtype if r.dtype == "auto" else r.dtype)  # the engine's: the model's or its own
+    longest = max((len(p.prompt_tokens) for p in train_prompts), default=0)
+    check_budget(kv_shape_of(config, dtype), block_size_for(torch.device(cfg.train.device).type, r.torch.block_size),
+                 longest + r.max_response_len, r.kv_cache_gib)
 
 
 def start_engine(cfg: RunConfig, placement: Placement, model, tokenizer, policy: str,

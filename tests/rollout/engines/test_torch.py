@@ -206,6 +206,26 @@ def test_an_unsupported_architecture_gets_a_clear_error():
         TorchEngine(model, [1])
 
 
+@pytest.mark.parametrize("family", ["qwen3", "qwen2", "llama"])
+def test_the_kv_shape_read_off_a_config_is_the_loaded_models(family):
+    """`kv_shape_of(config)` (what a run checks before its SFT) against `ModelRunner.kv_shape()` read off the model's
+    modules; Qwen2 keeps no head_dim in its config (hidden 32 / 4 heads = 8), Qwen3 and Llama set it (here 4)."""
+    import transformers
+
+    from ulorl.rollout.engines.torch.kv_cache import KVShape, kv_shape_of
+    from ulorl.rollout.engines.torch.runner import ModelRunner
+
+    names = {"qwen3": "Qwen3", "qwen2": "Qwen2", "llama": "Llama"}[family]
+    shape = dict(num_hidden_layers=3, hidden_size=32, num_attention_heads=4, num_key_value_heads=2,
+                 intermediate_size=16, vocab_size=40)
+    if family != "qwen2":
+        shape["head_dim"] = 4
+    config = getattr(transformers, f"{names}Config")(**shape)
+    model = getattr(transformers, f"{names}ForCausalLM")(config).to(torch.bfloat16)
+    want = KVShape(3, 2, 8 if family == "qwen2" else 4, torch.bfloat16)
+    assert kv_shape_of(config, torch.bfloat16) == ModelRunner(model).kv_shape() == want
+
+
 def test_the_engine_says_what_it_runs_at_a_runs_start(fresh):
     """`reserve` logs one line (the run's console prints it): device, dtype, decode / prefill / sampling paths, pool."""
     import logging

@@ -62,6 +62,11 @@ BLOCK_SIZES = {"cpu": 32, "cuda": 64}
 RUN_MIN_BLOCKS = {"cpu": 8}
 
 
+def block_size_for(device_type: str, block_size: int | None = None) -> int:
+    """The KV block size of an engine on `device_type`: `block_size` (`rollout.torch.block_size`) when given."""
+    return block_size or BLOCK_SIZES.get(device_type, 16)
+
+
 def _fused_sampler():
     """A `triton_sampler.FusedSampler`, or None where Triton is not installed (with a line in the run's log)."""
     try:
@@ -98,7 +103,7 @@ class TorchEngine:
         self.runner = ModelRunner(self.model)
         self.eos_ids = sorted(set(eos_ids))
         self.max_batch, self.kv_cache_gib, self.prefill_tokens = max_batch, kv_cache_gib, prefill_tokens
-        self.block_size = block_size or BLOCK_SIZES.get(self.runner.device.type, 16)
+        self.block_size = block_size_for(self.runner.device.type, block_size)
         check_choice("rollout.torch.decode_attention", decode_attention, DecodeAttention)
         dev = self.runner.device.type
         mode = DecodeAttention(decode_attention)

@@ -51,6 +51,16 @@ class KVShape:
         return 2 * self.num_layers * self.num_kv_heads * self.head_dim * itemsize
 
 
+def kv_shape_of(config, dtype: torch.dtype) -> KVShape:
+    """The KV geometry of a transformers model config (`num_hidden_layers`, `num_key_value_heads`, `head_dim`, or
+    `hidden_size / num_attention_heads` where the config has none), stored in `dtype`: what `ModelRunner.kv_shape`
+    reads off the loaded model, known before any weight is loaded."""
+    heads = config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or heads
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
+    return KVShape(config.num_hidden_layers, kv_heads, head_dim, dtype)
+
+
 def pool_blocks(shape: KVShape, block_size: int, budget_gib: float) -> int:
     """How many blocks of `block_size` tokens the budget holds."""
     return int(budget_gib * GIB // (block_size * shape.bytes_per_token))

@@ -37,23 +37,31 @@ class UnsupportedModelError(UlorlError, ValueError):
     """The model's architecture is outside what `ModelRunner` implements (a one-line CLI error)."""
 
 
-def check_supported(model) -> None:
-    """Raise `UnsupportedModelError` naming what is missing."""
-    cfg = model.config
+_HINT = "; use rollout.engine=hf (any transformers causal LM, slower at long outputs) or vllm"
+
+
+def check_supported_config(cfg) -> None:
+    """Raise `UnsupportedModelError` when the transformers config `cfg` names an architecture outside what
+    `ModelRunner` implements (its model type, or sliding-window attention): known before the weights load."""
     mt = getattr(cfg, "model_type", "?")
-    hint = "; use rollout.engine=hf (any transformers causal LM, slower at long outputs) or vllm"
     if mt not in SUPPORTED_MODEL_TYPES:
         raise UnsupportedModelError(f"the torch engine supports model types {', '.join(SUPPORTED_MODEL_TYPES)}; "
-                                    f"this model is {mt!r}{hint}")
-    inner = getattr(model, "model", None)
-    for name in ("embed_tokens", "layers", "norm", "rotary_emb"):
-        if not hasattr(inner, name):
-            raise UnsupportedModelError(f"model.model has no {name!r} ({mt}){hint}")
+                                    f"this model is {mt!r}{_HINT}")
     kinds = set(getattr(cfg, "layer_types", None) or ["full_attention"])
     window = getattr(cfg, "sliding_window", None) if getattr(cfg, "use_sliding_window", True) else None
     if kinds != {"full_attention"} or (mt == "mistral" and window):
         raise UnsupportedModelError(f"sliding-window attention ({mt}, layer types {sorted(kinds)}) is not "
-                                    f"implemented by the torch engine{hint}")
+                                    f"implemented by the torch engine{_HINT}")
+
+
+def check_supported(model) -> None:
+    """Raise `UnsupportedModelError` naming what is missing: in the config (`check_supported_config`), or among the
+    modules the runner calls."""
+    check_supported_config(model.config)
+    inner = getattr(model, "model", None)
+    for name in ("embed_tokens", "layers", "norm", "rotary_emb"):
+        if not hasattr(inner, name):
+            raise UnsupportedModelError(f"model.model has no {name!r} ({model.config.model_type}){_HINT}")
 
 
 def _norm(module, x: torch.Tensor) -> torch.Tensor:
