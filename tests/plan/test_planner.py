@@ -209,6 +209,35 @@ def test_lengths_from_metrics_only(tmp_path):
         lengths_from_run(empty)
 
 
+@pytest.mark.parametrize("engine,paged,noted", [("torch", False, True), ("torch", True, False), ("vllm", False, True),
+                                                 ("hf", False, False), ("hf", True, True), (None, False, False)])
+def test_a_cost_model_for_another_engine_layout_is_noted(tmp_path, capsys, engine, paged, noted):
+    """A cost file prices a padded engine (the HF engine's, `padded: true`); planning a torch (paged) run with it
+    counts padding the run never computed: one note on stderr, the plan still printed."""
+    run = write_run(tmp_path)
+    if engine is not None:
+        text = (run / "config.yaml").read_text()
+        (run / "config.yaml").write_text(text.replace("rollout:\n", f"rollout:\n  engine: {engine}\n"))
+    cost = tmp_path / "cost.json"
+    CostModel(decode_fixed=0.008, prefill_token=7e-5, update_fixed=0.5, padded=True).save(cost)
+    argv = ["plan", "--lengths-from", str(run), "--cost", str(cost), "--segments", "1,2", "--steps", "2",
+            "--warmup", "1", *(["--paged"] if paged else [])]
+    assert main(argv) == 0
+    captured = capsys.readouterr()
+    assert "recommended: M=" in captured.out
+    notes = [ln for ln in captured.err.splitlines() if ln.startswith("ulorl plan: note:")]
+    if not noted:
+        assert notes == []
+    elif paged:
+        assert notes == [f"ulorl plan: note: the cost model prices a paged (no padding) engine, but {run} ran "
+                         f"rollout.engine=hf; a cost file measured on the HF engine prices its padding (and without "
+                         f"--paged)"]
+    else:
+        assert notes == [f"ulorl plan: note: the cost model prices a padded (every row of a call padded to its longest "
+                         f"prefix) engine, but {run} ran rollout.engine={engine}; --calibrate measures this machine's "
+                         f"torch engine; --paged prices these costs without padding"]
+
+
 def test_cli_plans_from_a_run_folder(tmp_path, capsys):
     run = write_run(tmp_path)
     cost = tmp_path / "cost.json"

@@ -22,7 +22,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from ulorl.plan.cost import CostModel, fit_linear
+from ulorl.plan.cost import PADDED_ENGINES, CostModel, fit_linear
 
 
 @dataclass
@@ -116,7 +116,7 @@ def fit_engine(rows: list[dict], base: CostModel | None = None, relative: bool =
     costs, dominated by the large calls.
     """
     n = rows[0]["new_tokens"]
-    padded = rows[0].get("engine", "hf") == "hf"
+    padded = rows[0].get("engine", "hf") in PADDED_ENGINES
     dec = [{"iterations": 1, "row_iters": r["batch"], "ctx_sum": r["batch"] * (r["context"] + n / 2)} for r in rows]
     cost = fit_linear(dec, [max(r["iter_s"], 1e-9) for r in rows], ["decode_fixed", "decode_row", "decode_ctx"],
                       base=base, relative=relative)

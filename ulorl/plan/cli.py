@@ -21,7 +21,7 @@ import sys
 from pathlib import Path
 
 from ulorl.config import PipelineMode
-from ulorl.plan.cost import FEATURES, CostError, CostModel
+from ulorl.plan.cost import FEATURES, PADDED_ENGINES, CostError, CostModel
 from ulorl.plan.lengths import LengthSpecError, lengths_from_run, parse_lengths
 from ulorl.plan.memory_cli import add_memory_arguments, run_memory
 from ulorl.plan.planner import (Workload, fit_to_table, format_compare, format_table, predict, recommend,
@@ -56,7 +56,9 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     cost.add_argument("--fit-free", default="decode_fixed,update_fixed",
                       help=f"fields --fit-table fits (default decode_fixed,update_fixed; any of "
                       f"{', '.join(FEATURES.values())})")
-    cost.add_argument("--paged", action="store_true", help="unpadded prefill and contexts (vLLM-style engine)")
+    cost.add_argument("--paged", action="store_true",
+                      help="unpadded prefill and contexts, as the torch and vLLM engines run (default: as the cost "
+                      "model was measured; a cost file's `padded`)")
     cost.add_argument("--save-cost", metavar="FILE", help="write the cost model used")
     cost.add_argument("--pipeline", choices=[*(m.value for m in PipelineMode), "both"], default="sync",
                       help="sync: step = generation + update + sync; overlap: max(generation, update) + sync "
@@ -76,18 +78,23 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     add_memory_arguments(p)
 
 
+def _run_config(run_dir: Path) -> tuple[dict, dict]:
+    """The `rollout` and `train` sections of a run folder's config.yaml (empty where it has none)."""
+    cfg = run_dir / "config.yaml"
+    if not cfg.exists():
+        return {}, {}
+    import yaml
+
+    d = yaml.safe_load(cfg.read_text()) or {}
+    return d.get("rollout", {}) or {}, d.get("train", {}) or {}
+
+
 def _run_settings(run_dir: Path) -> dict:
     """rollout/train settings and the dynamic-sampling drop rate of a run folder (what exists of them)."""
-    out: dict = {}
-    cfg = run_dir / "config.yaml"
-    if cfg.exists():
-        import yaml
-
-        d = yaml.safe_load(cfg.read_text()) or {}
-        r, t = d.get("rollout", {}) or {}, d.get("train", {}) or {}
-        out.update({k: v for k, v in {"max_len": r.get("max_response_len"), "decode_batch": r.get("decode_batch"),
-                                       "group_size": r.get("group_size"),
-                                       "train_groups": t.get("train_groups")}.items() if v is not None})
+    r, t = _run_config(run_dir)
+    out = {k: v for k, v in {"max_len": r.get("max_response_len"), "decode_batch": r.get("decode_batch"),
+                             "group_size": r.get("group_size"), "train_groups": t.get("train_groups")}.items()
+           if v is not None}
     samples = run_dir / "samples.jsonl"
     if samples.exists():
         status: dict[str, str] = {}
@@ -98,6 +105,20 @@ def _run_settings(run_dir: Path) -> dict:
         if status:
             out["drop_rate"] = sum(s == "dropped" for s in status.values()) / len(status)
     return out
+
+
+def engine_mismatch(run_dir: str, cost: CostModel) -> str | None:
+    """A note when the run folder `run_dir` ran an engine whose layout (padded or paged, `PADDED_ENGINES`) is not
+    the one `cost` prices: the prediction would count prefill and context tokens that run never computed, or miss
+    ones it did. None when they agree or the run's config names no engine."""
+    engine = _run_config(Path(run_dir))[0].get("engine")
+    if engine is None or (engine in PADDED_ENGINES) == cost.padded:
+        return None
+    layout = "padded (every row of a call padded to its longest prefix)" if cost.padded else "paged (no padding)"
+    fix = ("--calibrate measures this machine's torch engine; --paged prices these costs without padding"
+           if cost.padded else "a cost file measured on the HF engine prices its padding (and without --paged)")
+    return (f"ulorl plan: note: the cost model prices a {layout} engine, but {run_dir} ran rollout.engine={engine}; "
+            f"{fix}")
 
 
 def _parse_table(text: str) -> dict[int, float]:
@@ -179,6 +200,8 @@ def run_plan(args) -> int:
             if not args.sync_s >= 0:
                 raise PlanError(f"--sync-s={args.sync_s} must be a number of seconds >= 0")
             cost = CostModel.from_dict({**cost.to_dict(), "sync_fixed": args.sync_s})
+        if args.lengths_from and (note := engine_mismatch(args.lengths_from, cost)):
+            print(note, file=sys.stderr)
         sims = simulate_all(w, segments, cost.padded)
         if table:
             cost = fit_to_table(sims, table, free, cost)

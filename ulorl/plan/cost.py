@@ -50,6 +50,10 @@ import numpy as np
 from ulorl.config import PipelineMode
 from ulorl.durable import atomic_write_text
 
+# the engines (`rollout.engine` values) that pad a call's prefills and contexts to its longest prefix; the others
+# (torch, vllm) are paged: what `CostModel.padded` says of the engine a cost model was measured on
+PADDED_ENGINES = frozenset({"hf"})
+
 # count name -> the CostModel field that prices it
 FEATURES: dict[str, str] = {
     "rounds": "round_fixed",
