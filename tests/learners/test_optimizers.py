@@ -79,3 +79,27 @@ def test_bad_optimizer_settings_name_the_key():
         TrainConfig(momentum=1.0)
     with pytest.raises(ConfigError, match="train.adam_eps=0"):
         TrainConfig(adam_eps=0)
+
+
+def test_a_resumed_learner_trains_with_its_own_settings_and_the_saved_moments(tiny_model_dir, batch):
+    """A checkpoint's optimizer state brings AdamW's moments and step count; the lr, weight decay and eps are the
+    resumed run's config (torch's `load_state_dict` alone put back the saved ones, and the run trained on with
+    the old learning rate while its config said otherwise)."""
+    model = load_model(tiny_model_dir)
+    first = make(copy.deepcopy(model), optimizer="adamw", lr=1e-3)
+    step(first, batch)
+    saved = copy.deepcopy(first.state_dict())
+    resumed = make(copy.deepcopy(first.model), optimizer="adamw", lr=5e-3, weight_decay=0.1, adam_eps=1e-4)
+    resumed.load_state_dict(saved)
+    (group,) = resumed.optimizer.param_groups
+    assert (group["lr"], group["weight_decay"], group["eps"]) == (5e-3, 0.1, 1e-4)
+    for p_new, p_old in zip(resumed.params, first.params):
+        s_new, s_old = resumed.optimizer.state[p_new], first.optimizer.state[p_old]
+        assert float(s_new["step"]) == 1.0
+        torch.testing.assert_close(s_new["exp_avg"], s_old["exp_avg"], rtol=0, atol=0)
+    # the second step equals the first learner's, continued with the new settings set by hand
+    for g in first.optimizer.param_groups:
+        g.update(lr=5e-3, weight_decay=0.1, eps=1e-4)
+    for d_new, d_old in zip(step(resumed, batch), step(first, batch)):
+        torch.testing.assert_close(d_new, d_old, rtol=0, atol=0)
+    assert resumed.update(batch, 0)["actor/lr"] == 5e-3

@@ -58,6 +58,7 @@ from ulorl.config.distributed import ShardingName
 from ulorl.distributed.sequence_parallel import gather_shards, install_ulysses, shard_bounds
 from ulorl.distributed.sharding import shard_groups
 from ulorl.learners.local import LocalLearner, MicroBatch, advantage_metrics, make_micro_batches, zero_loss_micro_batch
+from ulorl.learners.optimizers import load_keeping_settings
 from ulorl.trajectory import Trajectory
 
 
@@ -288,5 +289,5 @@ class ShardedLearner(LocalLearner):
             return super().load_state_dict(state)
         from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
 
-        set_optimizer_state_dict(self.model, self.optimizer, state["optimizer"],
-                                 options=StateDictOptions(full_state_dict=True))
+        load_keeping_settings(self.optimizer, lambda: set_optimizer_state_dict(
+            self.model, self.optimizer, state["optimizer"], options=StateDictOptions(full_state_dict=True)))

@@ -31,7 +31,7 @@ from ulorl.algo.entropy_mask import ENTROPY_MASKS, EntropyMaskMode
 from ulorl.algo.logprobs import chunked_logprobs_entropy
 from ulorl.config import AlgoConfig, TrainConfig
 from ulorl.learners.micro_batch import MicroBatch, collate_padded, make_micro_batches, zero_loss_micro_batch
-from ulorl.learners.optimizers import make_optimizer
+from ulorl.learners.optimizers import load_keeping_settings, make_optimizer
 from ulorl.learners.varlen import ATTN_NAME, install_varlen, packed_forward, packed_kernel
 from ulorl.trajectory import Trajectory
 
@@ -205,7 +205,8 @@ class LocalLearner:
         return {"optimizer": self.optimizer.state_dict()}
 
     def load_state_dict(self, state: dict) -> None:
-        self.optimizer.load_state_dict(state["optimizer"])
+        """The saved optimizer state (moments, step counts) under this run's optimizer settings."""
+        load_keeping_settings(self.optimizer, lambda: self.optimizer.load_state_dict(state["optimizer"]))
 
 
 def accumulate_metrics(sums: dict, m: dict, w: int, entropy: torch.Tensor, mb: MicroBatch,

@@ -34,3 +34,14 @@ OPTIMIZERS: dict[OptimizerName, Callable[[list[torch.nn.Parameter], TrainConfig]
 def make_optimizer(params: list[torch.nn.Parameter], train: TrainConfig) -> torch.optim.Optimizer:
     """`train.optimizer` over `params`, with `train.lr` / `weight_decay` (and `adam_eps` or `momentum`)."""
     return OPTIMIZERS[OptimizerName(train.optimizer)](params, train)
+
+
+def load_keeping_settings(optimizer: torch.optim.Optimizer, load: Callable[[], None]) -> None:
+    """Run `load`, which restores `optimizer`'s saved state, then put back the settings each parameter group was
+    built with (this run's `train.lr`, `weight_decay`, `adam_eps`, `momentum`): a checkpoint brings its moments,
+    not its hyperparameters. torch's `load_state_dict` restores the saved groups' settings too, so a resumed run
+    whose config changed the learning rate trained on with the old one."""
+    settings = [{k: v for k, v in group.items() if k != "params"} for group in optimizer.param_groups]
+    load()
+    for group, kept in zip(optimizer.param_groups, settings, strict=True):
+        group.update(kept)

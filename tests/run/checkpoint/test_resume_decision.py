@@ -124,3 +124,15 @@ def test_config_changes_are_written_as_the_yaml_file_writes_them():
     bad, ok, other = compare_configs(saved, current)
     assert ok == ["logging.progress: true -> false", "logging.table_every: null -> 3"]
     assert bad + other == ["algo.is_mode: 'pois' -> 'sais'"]
+
+
+def test_a_changed_optimizer_is_refused_and_its_settings_are_allowed():
+    """The saved state of AdamW is no SGD state (SGD's step raised KeyError 'momentum' after the resume); a changed
+    learning rate, weight decay or eps is allowed and applies (`optimizers.load_keeping_settings`)."""
+    from ulorl.run.checkpoint.resume import compare_configs
+
+    saved = {"train": {"optimizer": "adamw", "lr": 1e-6, "weight_decay": 0.0}}
+    current = {"train": {"optimizer": "sgd", "lr": 1e-3, "weight_decay": 0.1}}
+    bad, ok, other = compare_configs(saved, current)
+    assert bad == ["train.optimizer: 'adamw' -> 'sgd'"]
+    assert other == ["train.lr: 1e-06 -> 0.001", "train.weight_decay: 0.0 -> 0.1"] and ok == []

@@ -13,11 +13,13 @@ from ulorl.run.checkpoint.store import CHECKPOINTS, LATEST, CheckpointError, inc
 
 # -- config changes between the checkpoint and the resumed run ----------------------------------
 # keys whose change makes a resumed run a different experiment, or makes the saved state meaningless
+# (train.optimizer: the saved state is another optimizer's; a changed lr, weight decay, eps or momentum
+# applies, `optimizers.load_keeping_settings`)
 INCOMPATIBLE_KEYS = ("model.path", "model.dtype", "rollout.num_segments", "rollout.max_response_len",
                      "rollout.group_size", "data.train", "data.seed", "data.train_size", "data.format",
                      "data.shuffle", "data.prompt_key", "data.answer_key", "data.max_prompt_len",
-                     "train.train_groups", "train.seed", "algo.is_mode", "model.lora.rank", "model.lora.alpha",
-                     "model.lora.target_modules")
+                     "train.train_groups", "train.seed", "train.optimizer", "algo.is_mode", "model.lora.rank",
+                     "model.lora.alpha", "model.lora.target_modules")
 # changes that cannot alter what is trained (the weights come from the checkpoint, so the warm start's
 # settings no longer matter); evaluation settings are *not* here: they would change the before/after report
 HARMLESS_KEYS = ("train.steps", "train.eval_every", "train.max_bad_steps", "train.max_rounds_per_step",
