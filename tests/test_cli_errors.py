@@ -202,6 +202,21 @@ def test_config_errors_are_one_line(case, tmp_path, capsys, monkeypatch):
     assert not (tmp_path / "run" / "model").exists()  # ... or before the SFT
 
 
+@pytest.mark.parametrize("setting,words", [
+    ("rollout.torch.decode_attention=triton", ["decode_attention=triton runs its kernel on CUDA (this engine's "
+                                               "device: cpu)", "On CPU use split_k"]),
+    ("rollout.torch.prefill_attention=varlen", ["prefill_attention=varlen cannot run here: ", "use sdpa (or auto)"])])
+def test_an_attention_path_this_device_cannot_run_fails_before_the_warm_start(setting, words, tmp_path, capsys,
+                                                                              monkeypatch):
+    # each was a traceback (ValueError) when the engine started, after the minutes of the SFT warm start
+    monkeypatch.setenv("TRITON_INTERPRET", "0")  # the suite runs Triton's interpreter, under which triton runs on CPU
+    rc, err = run(["train", "-o", str(tmp_path / "run"), "model.warm_start=sft", "sft.steps=1",
+                   "logging.progress=false", setting], capsys)
+    assert rc == 2
+    assert_one_line(err, "train", *words)
+    assert not (tmp_path / "run" / "warm_start").exists()
+
+
 def test_a_logger_whose_package_is_missing_fails_before_the_warm_start(tmp_path, capsys, monkeypatch):
     # it was a traceback (ImportError) from the logger, after the minutes of the SFT warm start
     import importlib.util

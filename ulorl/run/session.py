@@ -338,9 +338,11 @@ def check_data(cfg: RunConfig, splits: tuple[str, ...] = ("train", "eval")) -> d
 
 def check_engine_fits(cfg: RunConfig, train_prompts: list[PromptRecord]) -> None:
     """The torch engine's start-up checks, made from `model.path`'s config before an SFT (which keeps the model's
-    architecture): its model type (`check_supported_config`) and its KV budget (`check_budget`: one sequence of the
-    longest prompt + L must fit `rollout.kv_cache_gib`). The engine makes both again when the RL starts
-    (`start_engine`); made only there, they stopped the run after the SFT's minutes."""
+    architecture): its model type (`check_supported_config`), its attention paths on this device
+    (`check_attention_paths`: `rollout.torch.decode_attention=triton` or `prefill_attention=varlen` off CUDA) and
+    its KV budget (`check_budget`: one sequence of the longest prompt + L must fit `rollout.kv_cache_gib`). The
+    engine makes them again when the RL starts (`start_engine`); made only there, they stopped the run after the
+    SFT's minutes."""
     r = cfg.rollout
     if r.engine != EngineName.TORCH.value:
         return
@@ -348,7 +350,7 @@ def check_engine_fits(cfg: RunConfig, train_prompts: list[PromptRecord]) -> None
 
     from ulorl.models.loading import resolve_model_path
     from ulorl.models.lora import adapter_base
-    from ulorl.rollout.engines.torch.engine import block_size_for
+    from ulorl.rollout.engines.torch.engine import block_size_for, check_attention_paths
     from ulorl.rollout.engines.torch.kv_cache import check_budget, kv_shape_of
     from ulorl.rollout.engines.torch.runner import check_supported_config
 
@@ -357,9 +359,10 @@ def check_engine_fits(cfg: RunConfig, train_prompts: list[PromptRecord]) -> None
                                         trust_remote_code=cfg.model.trust_remote_code)
     check_supported_config(config)
     dtype = getattr(torch, cfg.model.dtype if r.dtype == "auto" else r.dtype)  # the engine's: the model's or its own
+    shape, device = kv_shape_of(config, dtype), torch.device(cfg.train.device)
+    check_attention_paths(r.torch.decode_attention, r.torch.prefill_attention, device, dtype, shape.head_dim)
     longest = max((len(p.prompt_tokens) for p in train_prompts), default=0)
-    check_budget(kv_shape_of(config, dtype), block_size_for(torch.device(cfg.train.device).type, r.torch.block_size),
-                 longest + r.max_response_len, r.kv_cache_gib)
+    check_budget(shape, block_size_for(device.type, r.torch.block_size), longest + r.max_response_len, r.kv_cache_gib)
 
 
 def start_engine(cfg: RunConfig, placement: Placement, model, tokenizer, policy: str,

@@ -36,14 +36,14 @@ from collections.abc import Callable
 
 import torch
 
-from ulorl.errors import check_choice
+from ulorl.errors import ConfigError, check_choice
 from ulorl.rollout.engines.base import EngineStats, GenerationOutput, SamplingParams, check_prefixes, load_weights
-from ulorl.rollout.engines.registry import DecodeAttention
+from ulorl.rollout.engines.registry import DecodeAttention, PrefillAttention
 from ulorl.rollout.engines.torch.block_manager import BlockManager
 from ulorl.rollout.engines.torch.graph_decoder import GraphMode, TableDecoder
 from ulorl.rollout.engines.torch.kept_rows import KeptRows, weights_version
 from ulorl.rollout.engines.torch.kv_cache import GIB, PagedKVCache, check_budget, physical_memory_bytes, pool_blocks
-from ulorl.rollout.engines.torch.prefill_attention import prefill_backend
+from ulorl.rollout.engines.torch.prefill_attention import prefill_backend, varlen_unavailable
 from ulorl.rollout.engines.torch.runner import ModelRunner
 from ulorl.rollout.engines.torch.scheduler import Scheduler
 from ulorl.rollout.engines.torch.table_attention import table_backend, triton_runs_on
@@ -65,6 +65,21 @@ RUN_MIN_BLOCKS = {"cpu": 8}
 def block_size_for(device_type: str, block_size: int | None = None) -> int:
     """The KV block size of an engine on `device_type`: `block_size` (`rollout.torch.block_size`) when given."""
     return block_size or BLOCK_SIZES.get(device_type, 16)
+
+
+def check_attention_paths(decode: str, prefill: str, device: torch.device, dtype: torch.dtype,
+                          head_dim: int) -> None:
+    """`ConfigError` when `rollout.torch.decode_attention` = `decode` or `prefill_attention` = `prefill` names a path
+    that cannot run on `device` for a model of `dtype` and `head_dim`: what the engine refuses at start, known from
+    the model's config before any weight loads (a run checks it before its SFT). `auto` always runs."""
+    check_choice("rollout.torch.decode_attention", decode, DecodeAttention)
+    check_choice("rollout.torch.prefill_attention", prefill, PrefillAttention)
+    if DecodeAttention(decode) is DecodeAttention.TRITON and not triton_runs_on(device.type):
+        raise ConfigError(f"rollout.torch.decode_attention=triton runs its kernel on CUDA (this engine's device: "
+                          f"{device.type}); elsewhere only under Triton's interpreter (TRITON_INTERPRET=1, a slow "
+                          f"reference for tests). On CPU use split_k, the fast path there")
+    if PrefillAttention(prefill) is PrefillAttention.VARLEN and (why := varlen_unavailable(device, dtype, head_dim)):
+        raise ConfigError(f"rollout.torch.prefill_attention=varlen cannot run here: {why}; use sdpa (or auto)")
 
 
 def _fused_sampler():
@@ -104,8 +119,9 @@ class TorchEngine:
         self.eos_ids = sorted(set(eos_ids))
         self.max_batch, self.kv_cache_gib, self.prefill_tokens = max_batch, kv_cache_gib, prefill_tokens
         self.block_size = block_size_for(self.runner.device.type, block_size)
-        check_choice("rollout.torch.decode_attention", decode_attention, DecodeAttention)
-        dev = self.runner.device.type
+        r = self.runner
+        check_attention_paths(decode_attention, prefill_attention, r.device, r.dtype, r.head_dim)
+        dev = r.device.type
         mode = DecodeAttention(decode_attention)
         self.decode_attention = DEFAULT_DECODE_ATTENTION.get(dev, DecodeAttention.SPLIT_K) \
             if mode is DecodeAttention.AUTO else mode
@@ -113,11 +129,6 @@ class TorchEngine:
             warnings.warn("rollout.torch.decode_attention=flex off CUDA runs torch's eager flex_attention, which "
                           "computes scores over the whole KV pool every step (a reference, slow); split_k is the "
                           "fast path on CPU", stacklevel=2)
-        if self.decode_attention is DecodeAttention.TRITON and not triton_runs_on(dev):
-            raise ValueError(f"rollout.torch.decode_attention=triton runs its kernel on CUDA (this engine's device: "
-                             f"{dev}); elsewhere only under Triton's interpreter (TRITON_INTERPRET=1, a slow reference "
-                             f"for tests). On CPU use split_k, the fast path there")
-        r = self.runner
         r.prefill_attention = prefill_backend(prefill_attention, r.device, r.dtype, r.num_heads, r.num_kv, r.head_dim)
         self.fused_sampler = _fused_sampler() if fused_sampler and dev == "cuda" else None
         # CUDA graphs replay fixed-shape steps: the table backends only, on CUDA only

@@ -30,7 +30,7 @@ from dataclasses import dataclass
 import torch
 import torch.nn.functional as F
 
-from ulorl.errors import check_choice
+from ulorl.errors import ConfigError, check_choice
 from ulorl.kernels.varlen import HALF, causal_keywords, varlen_attn
 from ulorl.kernels.varlen import varlen_unavailable as kernel_unavailable
 from ulorl.rollout.engines.registry import PrefillAttention
@@ -135,5 +135,5 @@ def prefill_backend(name: str, device: torch.device, dtype: torch.dtype, heads: 
             if choice is PrefillAttention.AUTO:
                 warnings.warn(f"torch engine prefill: varlen -> sdpa ({why})", stacklevel=3)
     if choice is PrefillAttention.VARLEN:
-        raise ValueError(f"rollout.torch.prefill_attention=varlen cannot run here: {why}; use sdpa (or auto)")
+        raise ConfigError(f"rollout.torch.prefill_attention=varlen cannot run here: {why}; use sdpa (or auto)")
     return SDPAPrefill()
