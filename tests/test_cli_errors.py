@@ -145,6 +145,21 @@ CONFIG_CASES = {
         lambda t: ["train", "-o", str(t / "run"), "model.warm_start=sft", "sft.steps=1", "logging.progress=false",
                    f"model.path={_sliding(t)}"], "train",
         ["sliding-window attention (qwen3, layer types ['sliding_attention'])", "use rollout.engine=hf"]),
+    "a negative train.seed": (lambda t: ["config", "train.seed=-1"], "config",
+                              ["train.seed=-1 must be an integer in [0, 4294967295]"]),
+    "a data.seed past numpy's range": (lambda t: ["config", "data.seed=4294967296"], "config",
+                                       ["data.seed=4294967296 must be an integer in [0, 4294967295]"]),
+    "data.train_uniform on builtin:chain": (
+        lambda t: ["config", "data.train_uniform=0.5"], "config",
+        ["data.train_uniform=0.5 is for builtin:odometer", "not builtin:chain (data.train)"]),
+    "sft.max_size under the smallest problem": (lambda t: ["config", "sft.max_size=1"], "config",
+                                                ["sft.max_size=1 must be >= 2"]),
+    "an unknown built-in model preset": (
+        lambda t: ["train", "-o", str(t / "run"), "model.path=builtin:foo"], "train",
+        ["builtin:foo: no such built-in model preset; choose one of: builtin, builtin:long"]),
+    "eval's unknown built-in model preset": (
+        lambda t: ["eval", "--model", "builtin:foo", "-o", str(t / "ev")], "eval",
+        ["builtin:foo: no such built-in model preset"]),
     "a bad held-out row, before the SFT": (
         lambda t: ["sft", "-o", str(t / "run"), "sft.steps=1", "logging.progress=false",
                    f"data.eval={_jsonl(t, NO_ANSWER + GOOD)}"], "sft", ["in.jsonl: row 0, field 'answer'"]),

@@ -12,7 +12,7 @@ The algorithm layer imports no config: `ulorl.algo` imports nothing from `ulorl`
 kernel helpers shared by the engine and the learner (`ulorl.kernels`), nor the durable text write
 (`ulorl.durable`).
 Data imports no engine: `ulorl.data` reaches only itself, the built-in tasks, the errors, the durable write and
-its config section (cleaning, which samples models, sits above it in `ulorl.cleaning`).
+its config section with the shared validators (cleaning, which samples models, sits above it in `ulorl.cleaning`).
 The loop drives rollout, never the reverse: `ulorl.rollout` reaches nothing of the run wing
 (`ulorl.run`), a learner or the distributed runtime, and `ulorl.plan` nothing of the run wing.
 These rules count every import, lazy ones inside functions included. The top level holds only
@@ -154,7 +154,7 @@ LEAF_RULES = {
     "ulorl.durable": ("ulorl.durable",),  # the durable text write every layer may use (the planner included)
     # data imports no engine, reward, evaluation or model
     "ulorl.data": ("ulorl.data", "ulorl.data.", "ulorl.tasks", "ulorl.tasks.", "ulorl.errors", "ulorl.config.data",
-                   "ulorl.config.loader", "ulorl.config.hints", "ulorl.durable"),
+                   "ulorl.config.loader", "ulorl.config.checks", "ulorl.config.hints", "ulorl.durable"),
 }
 NEVER_FROM_ROLLOUT = ("ulorl.run", "ulorl.learners", "ulorl.distributed")
 NEVER_FROM_PLAN = ("ulorl.run",)

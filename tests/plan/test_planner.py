@@ -297,6 +297,13 @@ def test_cli_pipeline_both_and_overlap(tmp_path, capsys):
     (["--lengths", "fixed:length=10", "--max-len", "160", "--prompt-len", "0", "--fit-table", "1=2"], "prompt-len"),
     (["--lengths", "fixed:length=10", "--max-len", "160"], "--cost"),
     (["--lengths", "fixed:length=10", "--max-len", "160", "--fit-table", "1=2", "--sync-s", "-1"], "--sync-s"),
+    # each was a traceback: no M within a negative tolerance (min() of nothing), numpy's refusal of a negative seed
+    (["--lengths", "fixed:length=10", "--max-len", "160", "--fit-table", "1=2", "--tolerance", "-1"],
+     "--tolerance=-1.0 must be a share >= 0"),
+    (["--lengths", "fixed:length=10", "--max-len", "160", "--fit-table", "1=2", "--tolerance", "nan"],
+     "--tolerance=nan must be a share >= 0"),
+    (["--lengths", "fixed:length=10", "--max-len", "160", "--fit-table", "1=2", "--seed", "-1"],
+     "--seed: seed=-1 must be >= 0"),
 ])
 def test_cli_bad_input_names_the_field(argv, field, capsys):
     assert main(["plan", *argv, "--steps", "2", "--warmup", "1"]) == 2

@@ -161,7 +161,8 @@ def test_long_model_preset(tmp_path, monkeypatch):
     assert cfg["rope_parameters"]["rope_theta"] == 10.0 and cfg["max_position_embeddings"] == 8192
     model = load_model("builtin:long")
     assert float(model.model.layers[0].self_attn.q_norm.weight.detach().mean()) == 2.0
-    with pytest.raises(ValueError, match="default.*long"):
+    with pytest.raises(ValueError, match="builtin:huge: no such built-in model preset; choose one of: builtin, "
+                                         "builtin:long"):
         resolve_model_path("builtin:huge")
 
 
@@ -501,3 +502,14 @@ def test_p_long_is_measured_while_it_decides_and_at_the_last_step():
     assert not _p_long_due(True, False, False, 28, 28, 30, until_p)
     assert _p_long_due(True, False, True, 20, 28, 22, until_p)
     assert [_p_long_due(False, False, False, 37, 28, trained, until_p) for trained in (39, 40)] == [False, True]
+
+
+def test_the_smallest_size_the_sft_config_allows_is_every_tasks_smallest():
+    """`sft.max_size` below `SMALLEST_SIZE` is refused by the config (it was a ValueError from the task's size
+    law after the SFT started); at `SMALLEST_SIZE` every built-in task makes its problems."""
+    from ulorl.tasks import SMALLEST_SIZE, TASKS, task_rows
+
+    for task in TASKS:
+        assert len(task_rows(task, 4, seed=0, max_size=SMALLEST_SIZE)) == 4
+        with pytest.raises(ValueError, match="min_size <= max_size"):
+            task_rows(task, 4, seed=0, max_size=SMALLEST_SIZE - 1)

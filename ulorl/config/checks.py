@@ -14,6 +14,15 @@ def positive(key: str, value: float, allow_zero: bool = False) -> None:
         raise ConfigError(f"{key}={value} must be {'>= 0' if allow_zero else '> 0'}")
 
 
+SEED_LIMIT = 2**32  # numpy's global seed must be below it (`np.random.seed`); torch's and random's take it too
+
+
+def seed(key: str, value: int) -> None:
+    """A seed every generator the run seeds accepts: an integer in [0, 2**32 - 1]."""
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value < SEED_LIMIT:
+        raise ConfigError(f"{key}={value!r} must be an integer in [0, {SEED_LIMIT - 1}] (2**32 - 1)")
+
+
 def share(key: str, value: float, meaning: str = "") -> None:
     """A fraction in [0, 1] (NaN fails too); `meaning` is added to the message, e.g. " (a share of sft.num_examples)"."""
     if not 0.0 <= value <= 1.0:

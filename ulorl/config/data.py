@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 from enum import Enum
 from typing import Any
 
+from ulorl.config.checks import seed
 from ulorl.config.loader import ConfigError, check_choice
+from ulorl.tasks import TASKS, UNIFORM_TASKS
 
 
 class DataFormat(str, Enum):
@@ -121,6 +123,20 @@ class DataConfig:
             raise ConfigError(f"data.uniform must be in [0, 1], got {self.uniform}")
         if self.train_uniform is not None and not 0.0 <= self.train_uniform <= 1.0:
             raise ConfigError(f"data.train_uniform must be in [0, 1] or null (data.uniform), got {self.train_uniform}")
+        seed("data.seed", self.seed)
+        self._check_uniform_tasks()
+
+    def _check_uniform_tasks(self) -> None:
+        """`data.uniform` (train and eval; train's unless `data.train_uniform` is set) and `data.train_uniform`
+        reach a built-in task's size law: one without `uniform` (builtin:chain) cannot take them."""
+        reach = [("data.train_uniform", self.train_uniform, "train"), ("data.uniform", self.uniform, "eval")]
+        if self.train_uniform is None:
+            reach.append(("data.uniform", self.uniform, "train"))
+        for key, value, split in reach:
+            for source in self.sources(split) if value else []:
+                if source in TASKS and source not in UNIFORM_TASKS:
+                    raise ConfigError(f"{key}={value} is for {', '.join(sorted(UNIFORM_TASKS))} (a share of sizes "
+                                      f"drawn uniformly), not {source} (data.{split}); leave it at its default")
 
     def sources(self, split: str) -> list[str]:
         """The sources of `split` ('train' or 'eval') as a list (empty when data.eval is null)."""

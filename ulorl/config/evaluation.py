@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ulorl.config.checks import seed
 from ulorl.config.loader import ConfigError
 from ulorl.rollout.engines.base import SamplingParams, check_sampling
 
@@ -40,6 +41,7 @@ class EvalConfig:
             if getattr(self, name) < 1:
                 raise ConfigError(f"eval.{name} must be >= 1, got {getattr(self, name)}")
         check_sampling(self.temperature, self.top_p, self.top_k, "eval.")
+        seed("eval.seed", self.seed)
         if self.num_problems is not None and self.num_problems < 1:
             raise ConfigError(f"eval.num_problems must be >= 1 or null, got {self.num_problems}")
         if self.reference_problems is not None:

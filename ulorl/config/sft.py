@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from ulorl.config.checks import positive, share
+from ulorl.config.checks import positive, seed, share
 from ulorl.config.loader import ConfigError, check_choice
-from ulorl.tasks import BuiltinTask
+from ulorl.tasks import SMALLEST_SIZE, BuiltinTask
 from ulorl.tasks.odometer import MAX_STEPS as ODOMETER_MAX_STEPS
 
 
@@ -85,6 +85,11 @@ class SFTConfig:
         for k in ("steps", "batch_size", "batch_tokens", "lr", "num_examples", "max_size"):
             positive(f"sft.{k}", getattr(self, k))
         positive("sft.warmup_steps", self.warmup_steps, allow_zero=True)
+        seed("sft.seed", self.seed)
+        for k in ("max_size", "short_max_size", "head_max_size"):
+            if getattr(self, k) is not None and getattr(self, k) < SMALLEST_SIZE:
+                raise ConfigError(f"sft.{k}={getattr(self, k)} must be >= {SMALLEST_SIZE} (the built-in tasks' "
+                                  f"smallest problem has {SMALLEST_SIZE} steps)")
         positive("sft.short_steps", self.short_steps, allow_zero=True)
         positive("sft.short_max_size", self.short_max_size)
         positive("sft.threads", self.threads, allow_zero=True)

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from ulorl.config.checks import device_name, positive
+from ulorl.config.checks import device_name, positive, seed
 from ulorl.config.loader import ConfigError, check_choice
 
 
@@ -96,6 +96,7 @@ class TrainConfig:
         positive("train.weight_decay", self.weight_decay, allow_zero=True)
         positive("train.adam_eps", self.adam_eps)
         positive("train.momentum", self.momentum, allow_zero=True)
+        seed("train.seed", self.seed)
         if self.momentum >= 1:
             raise ConfigError(f"train.momentum={self.momentum} must be in [0, 1)")
         device_name("train.device", self.device)

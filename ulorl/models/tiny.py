@@ -24,6 +24,7 @@ from pathlib import Path
 import torch
 from transformers import GenerationConfig, Qwen3Config, Qwen3ForCausalLM
 
+from ulorl.errors import ConfigError
 from ulorl.models.tokenizer import build_tokenizer
 
 
@@ -51,7 +52,8 @@ PRESETS: dict[str, TinyModelSpec] = {
 def tiny_preset(name: str) -> TinyModelSpec:
     """The spec of a named preset (`default`, `long`)."""
     if name not in PRESETS:
-        raise ValueError(f"unknown built-in model preset {name!r}; valid: {sorted(PRESETS)}")
+        valid = ", ".join("builtin" if p == "default" else f"builtin:{p}" for p in PRESETS)
+        raise ConfigError(f"builtin:{name}: no such built-in model preset; choose one of: {valid}")
     return PRESETS[name]
 
 

@@ -169,6 +169,8 @@ def run_plan(args) -> int:
               "with examples", file=sys.stderr)
         return 2
     try:
+        if not args.tolerance >= 0:  # NaN too
+            raise PlanError(f"--tolerance={args.tolerance} must be a share >= 0 (0.05: within 5% of the fastest)")
         w, described = build_workload(args)
         try:
             segments = [int(x) for x in args.segments.split(",") if x.strip()]

@@ -47,6 +47,8 @@ class Workload:
             raise ValueError(f"decode_batch={self.decode_batch} must be >= group_size={self.group_size}")
         if not 0 <= self.drop_rate < 1:
             raise ValueError(f"drop_rate={self.drop_rate} must be in [0, 1)")
+        if self.seed < 0:
+            raise ValueError(f"seed={self.seed} must be >= 0")
 
 
 @dataclass

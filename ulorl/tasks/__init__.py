@@ -26,6 +26,10 @@ class BuiltinTask(str, Enum):
     ODOMETER = "builtin:odometer"
 
 
+SMALLEST_SIZE = 2  # every built-in task's smallest problem, in steps (`min_size` of their size laws)
+# the tasks whose size law takes `uniform` (a share of sizes uniform on [2, max_size]): `data.uniform`
+UNIFORM_TASKS = frozenset({BuiltinTask.ODOMETER.value})
+
 TASKS: dict[str, Callable[..., list[dict]]] = {
     BuiltinTask.CHAIN.value: chain.make_rows,
     BuiltinTask.ODOMETER.value: odometer.make_rows,
@@ -42,4 +46,4 @@ def task_rows(source: str, n: int, seed: int, split: str = "train", **size_law) 
     return TASKS[source](n, seed=seed, split=split, **law)
 
 
-__all__ = ["BUILTIN_PREFIX", "BuiltinTask", "TASKS", "task_rows"]
+__all__ = ["BUILTIN_PREFIX", "SMALLEST_SIZE", "UNIFORM_TASKS", "BuiltinTask", "TASKS", "task_rows"]
