@@ -369,4 +369,11 @@ def test_a_second_signal_stops_at_once_and_says_what_is_left(tmp_path, tiny_mode
     out = captured.out + captured.err
     assert rc == 130, out
     assert "stopped at once by a second signal, 2 steps done; the last committed checkpoint is" in out
-    assert "step_000001" in out and "--resume auto" in out
+    run_dir = tmp_path / "run"
+    command = f"ulorl train --config {run_dir / 'config.yaml'} --resume auto --output-dir {run_dir}"
+    assert "step_000001" in out and f"; resume with: {command}\n" in out, out
+    # the hint, run as printed (the first run's overrides are in its config.yaml), resumes it to the end
+    monkeypatch.setattr(trainer, "train_step", real)
+    assert cli(command.split()[1:]) == 0
+    assert "resuming from" in capsys.readouterr().out
+    assert json.loads((run_dir / "summary.json").read_text())["steps"] == 5

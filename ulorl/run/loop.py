@@ -25,7 +25,7 @@ from ulorl.run.checkpoint import atomic_write_text, read_latest
 from ulorl.run.console import say
 from ulorl.run.export import EXPORT_DIR, export_checkpoint
 from ulorl.run.held_out import reference_eval
-from ulorl.run.report import overlap_metrics, record_trained, step_metrics, summarize
+from ulorl.run.report import overlap_metrics, record_trained, resume_command, step_metrics, summarize
 from ulorl.run.scoring import RewardScorer
 from ulorl.run.session import TrainSession, add_phase_time, open_session
 from ulorl.run.signals import StopOnSignal
@@ -81,7 +81,7 @@ def train(cfg: RunConfig, run_dir, resume: str | None = None) -> dict:
         last = read_latest(session.ckpt_root)[0]
         say(f"stopped at once by a second signal, {session.step} steps done; " +
             (f"the last committed checkpoint is {last}" if last else "no checkpoint was committed yet") +
-            f"; resume with --resume auto --output-dir {session.run_dir}")
+            f"; resume with: {resume_command(session.run_dir)}")
         raise
     finally:
         if bar is not None:  # ends the bar's line, so an error printed after it starts a line of its own

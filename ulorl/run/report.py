@@ -168,10 +168,16 @@ def peak_rss_mib(session: TrainSession) -> dict:
     return out
 
 
+def resume_command(run_dir) -> str:
+    """The command that resumes the run in `run_dir` as it was configured: its own config.yaml (every setting,
+    the command line's overrides included), so a run started with overrides resumes without repeating them."""
+    return f"ulorl train --config {Path(run_dir) / 'config.yaml'} --resume auto --output-dir {run_dir}"
+
+
 def format_summary(s: dict) -> str:
     """`summarize`'s dict (or a stopped run's `{"stopped_at", "run_dir"}`) as the text `ulorl train` ends with."""
     if "stopped_at" in s:
-        return f"stopped at step {s['stopped_at']}; resume with --resume auto --output-dir {s['run_dir']}"
+        return f"stopped at step {s['stopped_at']}; resume with: {resume_command(s['run_dir'])}"
     lines = ["", "=== ulorl train: summary ===", f"steps: {s['steps']}   trained samples: {s['trained_samples']}   "
              f"dropped groups (dynamic sampling): {s['dropped_groups']}" +
              (f"   groups dropped for a failed reward: {s['reward_failed_groups']}" if s.get("reward_failed_groups")
