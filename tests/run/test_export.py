@@ -85,6 +85,15 @@ def test_export_command_writes_the_chosen_step(eos_model_dir, tmp_path, capsys):
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "no checkpoint of step 7 (the run keeps steps 1, 2)" in err[0], err
     assert json.loads((run / "summary.json").read_text())["steps"] == 2
+    # a checkpoint folder itself (it was taken for a `ulorl sft` run: it holds model/config.json), exported beside
+    # the run's exports, never into the checkpoint
+    step2 = run / "checkpoints" / "step_000002"
+    assert main(["export", str(step2)]) == 0
+    assert f"exported step_000002 to {run / 'export-step_000002'} (" in capsys.readouterr().out
+    exported = AutoModelForCausalLM.from_pretrained(run / "export-step_000002", local_files_only=True).state_dict()
+    assert all(torch.equal(exported[k], v) for k, v in load_file(step2 / "model" / "model.safetensors").items())
+    assert main(["export", str(step2), "--step", "1"]) == 2
+    assert f"{step2}: a checkpoint of step 2, not 1; give its run folder with --step 1" in capsys.readouterr().err
 
 
 def test_export_never_replaces_a_folder_it_did_not_write(eos_model_dir, tmp_path, capsys, monkeypatch):

@@ -7,10 +7,10 @@ lists every id the run's engine stopped at). LoRA adapters are merged into the w
 
 The source is a verified checkpoint (the newest committed one, or `--step N`), so an export never reads a
 half-written state; a run exports its last checkpoint at the end when `checkpoint.export` is on (default),
-into `RUN/export/`; `ulorl export RUN --step N` writes `RUN/export-step_<N>/`, leaving the run's own export as
-it is. The folder is written under a temporary name and renamed: an existing export is replaced whole, and a
-folder holding anything an export does not write (a run folder, notes, subfolders) is refused before any work,
-so `-o .` cannot delete a working directory.
+into `RUN/export/`; `ulorl export RUN --step N` (or `ulorl export RUN/checkpoints/step_<N>`) writes
+`RUN/export-step_<N>/`, leaving the run's own export as it is. The folder is written under a temporary name and
+renamed: an existing export is replaced whole, and a folder holding anything an export does not write (a run
+folder, notes, subfolders) is refused before any work, so `-o .` cannot delete a working directory.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from ulorl.data.formats import entries_besides
 from ulorl.durable import replacing
 from ulorl.errors import UlorlError
 from ulorl.run.checkpoint import CHECKPOINTS, MANIFEST, CheckpointError, find_resumable, step_dir, verify_checkpoint
-from ulorl.run.checkpoint.store import STEP_DIR, checkpoint_dirs
+from ulorl.run.checkpoint.store import STEP_DIR, checkpoint_dirs, step_of
 
 EXPORT_DIR = "export"
 # what `save_pretrained` of a model and its tokenizer writes (any transformers version, sharded or not): the only
@@ -58,10 +58,17 @@ def check_export_target(out: str | Path) -> None:
 
 
 def checkpoint_of(run_dir: str | Path, step: int | None = None) -> Path:
-    """The verified checkpoint of `run_dir` to export: step `step`, or the one a resume would pick."""
+    """The verified checkpoint of `run_dir` to export: step `step`, or the one a resume would pick; `run_dir` may
+    be a checkpoint folder itself (`RUN/checkpoints/step_<N>`)."""
     if not Path(run_dir).is_dir():
         what = "is a file, not a run folder" if Path(run_dir).exists() else "no such folder"
         raise CheckpointError(f"{run_dir}: {what} (give the folder of a `ulorl train` run)")
+    if (Path(run_dir) / MANIFEST).is_file():  # a checkpoint, not its run
+        if step is not None and step_of(run_dir) != step:
+            raise CheckpointError(f"{run_dir}: a checkpoint of step {step_of(run_dir)}, not {step}; give its run "
+                                  f"folder with --step {step}, or this folder without --step")
+        verify_checkpoint(Path(run_dir))
+        return Path(run_dir)
     root = Path(run_dir) / CHECKPOINTS
     if step is not None:
         path = step_dir(root, step)
@@ -108,7 +115,7 @@ def export_checkpoint(checkpoint: str | Path, out_dir: str | Path) -> Path:
 
 
 def add_export_arguments(p: argparse.ArgumentParser) -> None:
-    p.add_argument("run", help="a `ulorl train` run folder")
+    p.add_argument("run", help="a `ulorl train` run folder, or one of its checkpoints (RUN/checkpoints/step_<N>)")
     p.add_argument("--step", type=int, default=None, help="the checkpoint of step N (default: the newest complete one)")
     p.add_argument("--output", "-o", default=None, help="the folder to write, new or an earlier export (default: "
                    "RUN/export; with --step N, RUN/export-step_<N>)")
@@ -120,8 +127,11 @@ def run_export(args) -> int:
     from ulorl.models.lora import adapter_base
 
     checkpoint = checkpoint_of(args.run, args.step)
-    default = EXPORT_DIR if args.step is None else f"{EXPORT_DIR}-{checkpoint.name}"
-    out = export_checkpoint(checkpoint, args.output or Path(args.run) / default)
+    run, default = Path(args.run), EXPORT_DIR if args.step is None else f"{EXPORT_DIR}-{checkpoint.name}"
+    if checkpoint == run:  # a checkpoint folder given: beside the run's own export (never inside the checkpoint)
+        run = checkpoint.parent.parent if checkpoint.parent.name == CHECKPOINTS else checkpoint.parent
+        default = f"{EXPORT_DIR}-{checkpoint.name}"
+    out = export_checkpoint(checkpoint, args.output or run / default)
     # an adapter folder, as `load_policy_model` tells one when it rebuilds the policy that was just merged
     merged = "; LoRA adapters merged" if adapter_base(checkpoint / "model") is not None else ""
     print(f"exported {checkpoint.name} to {out} (config.json, model.safetensors, tokenizer, generation_config.json"
