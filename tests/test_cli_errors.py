@@ -160,6 +160,8 @@ CONFIG_CASES = {
     "eval's unknown built-in model preset": (
         lambda t: ["eval", "--model", "builtin:foo", "-o", str(t / "ev")], "eval",
         ["builtin:foo: no such built-in model preset"]),
+    "--resume auto without the run's folder": (lambda t: ["train", "--resume", "auto"], "train",
+                                                ["--resume auto continues the run in --output-dir: give it"]),
     "a bad held-out row, before the SFT": (
         lambda t: ["sft", "-o", str(t / "run"), "sft.steps=1", "logging.progress=false",
                    f"data.eval={_jsonl(t, NO_ANSWER + GOOD)}"], "sft", ["in.jsonl: row 0, field 'answer'"]),

@@ -66,9 +66,12 @@ def _config_lines(cfg, args, run_dir: Path) -> str:
 
 
 def cmd_train(args) -> int:
+    from ulorl.errors import ConfigError
     from ulorl.run.loop import train
     from ulorl.run.report import format_summary
 
+    if args.resume == "auto" and not args.output_dir:  # else a new runs/train-<time> folder, with nothing to resume
+        raise ConfigError("--resume auto continues the run in --output-dir: give it (-o RUN, the run's folder)")
     cfg = _load_cfg(args)
     run_dir = _run_dir(args, "train")
     print(_config_lines(cfg, args, run_dir), flush=True)

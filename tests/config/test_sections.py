@@ -81,8 +81,16 @@ def test_missing_or_invalid_file(tmp_path):
         load_run_config(tmp_path / "nope.yaml")
     bad = tmp_path / "bad.yaml"
     bad.write_text("rollout: [1, 2\n")
-    with pytest.raises(ConfigError, match="not valid YAML"):
+    with pytest.raises(ConfigError, match="not valid YAML") as e:
         load_run_config(bad)
+    # one line, at the file's line and column (PyYAML's own text is 7 lines naming "<unicode string>")
+    assert str(e.value) == (f"config file {bad} is not valid YAML: line 2, column 1: expected ',' or ']', but got "
+                            f"'<stream end>' (while parsing a flow sequence)")
+    bad.write_text("train:\n\tsteps: 3\n")
+    with pytest.raises(ConfigError) as e:
+        load_run_config(bad)
+    assert str(e.value) == (f"config file {bad} is not valid YAML: line 2, column 1: found character '\\t' that "
+                            f"cannot start any token (while scanning for the next token)")
 
 
 def test_a_bad_value_from_the_file_names_the_file_and_one_from_an_override_does_not(tmp_path):

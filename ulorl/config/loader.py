@@ -198,7 +198,17 @@ def _read_yaml(p: Path) -> Any:
     except ConfigError as e:
         raise ConfigError(f"config file {p}: {e}") from None
     except (yaml.YAMLError, RecursionError) as e:
-        raise ConfigError(f"config file {p} is not valid YAML: {e}") from None
+        raise ConfigError(f"config file {p} is not valid YAML: {_yaml_problem(e)}") from None
+
+
+def _yaml_problem(e: Exception) -> str:
+    """A YAML parse error on one line, at its line and column of the file (PyYAML's own text spans several lines
+    and names the text `"<unicode string>"`)."""
+    mark, problem = getattr(e, "problem_mark", None), getattr(e, "problem", None)
+    if mark is None or not problem:
+        return " ".join(str(e).split()) or type(e).__name__
+    context = getattr(e, "context", None)
+    return f"line {mark.line + 1}, column {mark.column + 1}: {problem}" + (f" ({context})" if context else "")
 
 
 def load_config(cls: type, path: str | Path | None = None, overrides: list[str] | None = None) -> Any:
