@@ -33,7 +33,7 @@ def test_config_changed_prints_only_those(capsys):
     assert main(["config", "--changed", *OVERRIDES]) == 0
     assert capsys.readouterr().out.splitlines() == changed_settings(load_run_config(None, OVERRIDES))
     assert main(["config", "--changed"]) == 0
-    assert capsys.readouterr().out == ""  # the defaults: nothing differs
+    assert capsys.readouterr().out == "no settings differ from the defaults\n"  # as `ulorl train` says it
     assert main(["config", "-c", "configs/demo.yaml"]) == 0
     full = capsys.readouterr().out
     assert full.startswith("model:\n  path: builtin\n") and "\ncheckpoint:\n" in full  # every section, as YAML

@@ -472,6 +472,7 @@ MODEL_CASES = {
     "a checkpoint": (_checkpoint, ["no config.json", "a `ulorl train` checkpoint: give", "step_000100/model'"]),
     "a folder without config.json": (lambda t: t, ["no config.json", "not a Hugging Face model folder"]),
     "a run folder": (_run_folder, ["no config.json", "run folder", "myrun/export'", "step_000100/model'"]),
+    "an sft run folder": (_sft_run, ["no config.json", "it is a `ulorl sft` run folder: give '", "sft/model'"]),
 }
 
 

@@ -109,9 +109,10 @@ def cmd_config(args) -> int:
     from ulorl.config import changed_settings, dump_yaml
 
     cfg = _load_cfg(args)
-    text = "\n".join(changed_settings(cfg)) if args.changed else dump_yaml(cfg).rstrip("\n")
-    if text:
-        print(text)
+    if args.changed:
+        print("\n".join(changed_settings(cfg)) or "no settings differ from the defaults")
+    else:
+        print(dump_yaml(cfg).rstrip("\n"))
     return 0
 
 

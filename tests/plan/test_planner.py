@@ -304,6 +304,7 @@ def test_cli_pipeline_both_and_overlap(tmp_path, capsys):
      "--tolerance=nan must be a share >= 0"),
     (["--lengths", "fixed:length=10", "--max-len", "160", "--fit-table", "1=2", "--seed", "-1"],
      "--seed: seed=-1 must be >= 0"),
+    (["--lengths-from", "/nonexistent-run"], "--lengths-from /nonexistent-run: no such folder (give the folder of"),
 ])
 def test_cli_bad_input_names_the_field(argv, field, capsys):
     assert main(["plan", *argv, "--steps", "2", "--warmup", "1"]) == 2

@@ -64,7 +64,8 @@ def resolve_model_path(path: str | os.PathLike, key: str = "model.path") -> Path
 
 def _run_folder_hint(folder: Path) -> str:
     """For a `ulorl train` run folder given as a model: the model folders inside it (its export, its newest
-    checkpoint's policy) to give instead; for a checkpoint folder, its policy; '' for any other folder. The names
+    checkpoint's policy) to give instead; for a checkpoint folder, its policy; for a `ulorl sft` run folder, its
+    model; '' for any other folder. The names
     are `ulorl.run`'s `EXPORT_DIR`, `CHECKPOINTS` and `MANIFEST`, spelled here: models sit below the run wing and
     import nothing of it."""
     if (folder / "MANIFEST.json").is_file() and (folder / "model" / "config.json").is_file():
@@ -73,7 +74,8 @@ def _run_folder_hint(folder: Path) -> str:
     checkpoints = sorted(folder.glob("checkpoints/step_*/model/config.json"))
     models += [checkpoints[-1].parent] if checkpoints else []
     if not models:
-        return ""
+        sft = folder / "model"  # a `ulorl sft` run keeps its model there (`ulorl.run.sft.sft_run_model`)
+        return f"; it is a `ulorl sft` run folder: give {str(sft)!r}" if (sft / "config.json").is_file() else ""
     return f"; it is a `ulorl train` run folder: give {' or '.join(repr(str(m)) for m in models)}"
 
 

@@ -151,7 +151,8 @@ def lengths_from_run(run_dir: str | Path) -> LengthDistribution:
     """Finished groups' response lengths from `samples.jsonl`; without it, a lognormal matched to metrics.jsonl."""
     run = Path(run_dir)
     if not run.is_dir():
-        raise LengthSpecError(f"--lengths-from {run}: not a folder")
+        what = "a file, not a run folder" if run.exists() else "no such folder"
+        raise LengthSpecError(f"--lengths-from {run}: {what} (give the folder of a `ulorl train` run)")
     samples = run / "samples.jsonl"
     if samples.exists():
         groups: dict[str, list[int]] = {}
