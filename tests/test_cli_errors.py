@@ -72,6 +72,16 @@ def _sliding(tmp: Path) -> Path:
     return folder
 
 
+def _bad_yaml(tmp: Path) -> str:
+    (tmp / "bad.yaml").write_text("train:\n  steps: [1\n")
+    return str(tmp / "bad.yaml")
+
+
+def _odometer_preset(tmp: Path) -> str:
+    (tmp / "odo.yaml").write_text("data:\n  train: builtin:odometer\n  eval: builtin:odometer\n  uniform: 0.3\n")
+    return str(tmp / "odo.yaml")
+
+
 def _sft_run(tmp: Path) -> Path:
     """The layout of a `ulorl sft` run folder: its model (a plain HF folder) at RUN/model, no checkpoints."""
     (tmp / "sft" / "model").mkdir(parents=True)
@@ -162,6 +172,16 @@ CONFIG_CASES = {
         ["builtin:foo: no such built-in model preset"]),
     "--resume auto without the run's folder": (lambda t: ["train", "--resume", "auto"], "train",
                                                 ["--resume auto continues the run in --output-dir: give it"]),
+    "eval's --config that does not parse": (  # a traceback: eval read its sections with yaml.safe_load
+        lambda t: ["eval", "--config", _bad_yaml(t), "-o", str(t / "ev")], "eval",
+        ["bad.yaml is not valid YAML: line 3, column 1: expected ',' or ']'"]),
+    "eval's --reward without a value": (lambda t: ["eval", "--reward", "fn", "-o", str(t / "ev")], "eval",
+                                        ["--reward 'fn': expected KEY=VALUE"]),
+    "eval's --engine that is no engine": (lambda t: ["eval", "--engine", "foo", "-o", str(t / "ev")], "eval",
+                                          ["--engine='foo' is not allowed; choose one of: torch, hf, vllm"]),
+    "eval of builtin:chain with an odometer preset's size law": (  # a TypeError from the chain task before
+        lambda t: ["eval", "--config", _odometer_preset(t), "--data", "builtin:chain", "-o", str(t / "ev")], "eval",
+        ["data.uniform=0.3 is for builtin:odometer", "not builtin:chain (data.eval)"]),
     "a bad held-out row, before the SFT": (
         lambda t: ["sft", "-o", str(t / "run"), "sft.steps=1", "logging.progress=false",
                    f"data.eval={_jsonl(t, NO_ANSWER + GOOD)}"], "sft", ["in.jsonl: row 0, field 'answer'"]),

@@ -412,3 +412,13 @@ def test_a_cost_file_that_cannot_be_written_is_named_as_given(tmp_path, capsys):
         err = capsys.readouterr().err.strip()
         assert err.startswith(f"ulorl plan: error: {target}: {why}") and ".tmp-" not in err, err
     assert [p.name for p in tmp_path.iterdir()] == []
+
+
+@pytest.mark.parametrize("text,words", [("rollout: [1\n", "config.yaml is not valid YAML: line 2, column 1"),
+                                        ("- 1\n", "config.yaml: expected a run's config (a mapping of sections)")])
+def test_a_run_whose_config_does_not_read_is_one_line(tmp_path, capsys, text, words):
+    run = write_run(tmp_path)
+    (run / "config.yaml").write_text(text)  # a traceback from yaml.safe_load, or from .get on a list
+    assert main(["plan", "--lengths-from", str(run), "--fit-table", "1=2", "--steps", "2", "--warmup", "1"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("ulorl plan: error: ") and words in err[0], err

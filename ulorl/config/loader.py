@@ -181,7 +181,7 @@ class _UniqueKeyLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-def _read_yaml(p: Path) -> Any:
+def read_yaml(p: Path) -> Any:
     """The YAML document of file `p`; every way it can be unreadable is a one-line `ConfigError`."""
     if not p.exists():
         raise ConfigError(f"config file {p} does not exist")
@@ -216,7 +216,7 @@ def load_config(cls: type, path: str | Path | None = None, overrides: list[str] 
     data: dict = {}
     if path is not None:
         p = Path(path)
-        data = _read_yaml(p) or {}
+        data = read_yaml(p) or {}
         if not isinstance(data, dict):
             raise ConfigError(f"config file {p} must hold a mapping at top level")
     given = parse_overrides(overrides or [])

@@ -101,9 +101,12 @@ def _preset(args: argparse.Namespace, section: str) -> dict:
     """One section of the `--config` preset ({} without one)."""
     if not args.config:
         return {}
-    import yaml
+    from ulorl.config.loader import ConfigError, read_yaml
 
-    return (yaml.safe_load(Path(args.config).read_text()) or {}).get(section) or {}
+    data = read_yaml(Path(args.config)) or {}  # a file that does not parse or read: one line naming it
+    if not isinstance(data, dict) or not isinstance(data.get(section) or {}, dict):
+        raise ConfigError(f"config file {args.config}: expected a mapping with a '{section}:' mapping")
+    return data.get(section) or {}
 
 
 def eval_config(args: argparse.Namespace) -> EvalConfig:
@@ -184,8 +187,8 @@ def data_config(args: argparse.Namespace, cfg: EvalConfig) -> DataConfig:
     training run evaluates on: size law, seed, size), with at least `num_problems` problems drawn. Without one:
     prompts of up to 4,096 tokens, and a built-in task of `num_problems` problems drawn with the evaluation seed.
     The reading flags win over both."""
-    if args.config:
-        merged = {k: v for k, v in _preset(args, "data").items() if k not in ("train", "eval")}
+    if args.config:  # its sources are the ones evaluated (`data_sources`); its train split's settings do not apply
+        merged = {k: v for k, v in _preset(args, "data").items() if k not in ("train", "eval", "train_uniform")}
         size = merged.get("eval_size", DataConfig.eval_size)
         if isinstance(size, int):  # anything else: DataConfig names the field
             merged["eval_size"] = max(size, cfg.num_problems or 0, cfg.reference_problems or 0)
@@ -193,7 +196,8 @@ def data_config(args: argparse.Namespace, cfg: EvalConfig) -> DataConfig:
         merged = {"max_prompt_len": _MAX_PROMPT_LEN, "seed": cfg.seed,
                   "eval_size": cfg.reference_problems or cfg.num_problems or DataConfig.eval_size}
     given = {k: getattr(args, k) for k in _DATA_FLAGS if getattr(args, k) is not None}
-    merged |= given | {"shuffle": False} | _prompt_options(args)
+    sources = data_sources(args)  # what is read, so that a size law is checked against those tasks
+    merged |= given | {"shuffle": False, "train": sources, "eval": sources} | _prompt_options(args)
     return _build_named(DataConfig, merged, "data.", given, args)
 
 
@@ -206,6 +210,10 @@ def cpu_numerics(args: argparse.Namespace) -> str:
 
 def _engine_name(args: argparse.Namespace) -> str:
     if args.engine:
+        from ulorl.errors import check_choice
+        from ulorl.rollout.engines.registry import EngineName
+
+        check_choice("--engine", args.engine, EngineName)
         return args.engine
     engine = _preset(args, "rollout").get("engine")
     if engine:

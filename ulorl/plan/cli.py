@@ -83,9 +83,11 @@ def _run_config(run_dir: Path) -> tuple[dict, dict]:
     cfg = run_dir / "config.yaml"
     if not cfg.exists():
         return {}, {}
-    import yaml
+    from ulorl.config.loader import read_yaml
 
-    d = yaml.safe_load(cfg.read_text()) or {}
+    d = read_yaml(cfg) or {}  # one line naming the file when it does not parse
+    if not isinstance(d, dict):
+        raise PlanError(f"{cfg}: expected a run's config (a mapping of sections)")
     return d.get("rollout", {}) or {}, d.get("train", {}) or {}
 
 

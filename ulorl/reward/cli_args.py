@@ -29,22 +29,18 @@ def add_reward_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPa
 
 def load_reward_config(path: str | Path | None = None, overrides: list[str] | None = None) -> RewardConfig:
     """`RewardConfig` from a preset's `reward:` section plus `key=value` overrides (raises `ConfigError`)."""
-    import yaml
-
-    from ulorl.config.loader import ConfigError, build, deep_merge, parse_overrides
+    from ulorl.config.loader import ConfigError, build, deep_merge, parse_overrides, read_yaml
 
     data: dict = {}
     if path is not None:
-        p = Path(path)
-        if not p.exists():
-            raise ConfigError(f"config file {p} does not exist")
-        try:
-            loaded = yaml.safe_load(p.read_text()) or {}
-        except yaml.YAMLError as e:
-            raise ConfigError(f"config file {p} is not valid YAML: {e}") from e
+        loaded = read_yaml(Path(path)) or {}
         if not isinstance(loaded, dict) or not isinstance(loaded.get("reward", {}), dict):
-            raise ConfigError(f"config file {p}: expected a mapping with a 'reward:' mapping")
+            raise ConfigError(f"config file {path}: expected a mapping with a 'reward:' mapping")
         data = loaded.get("reward") or {}
+    for item in overrides or []:
+        if "=" not in item:
+            raise ConfigError(f"--reward {item!r}: expected KEY=VALUE, a reward setting (e.g. fn=exact, "
+                              f"judge=rule_then_judge)")
     prefixed = [o if o.startswith("reward.") else f"reward.{o}" for o in overrides or []]
     extra = parse_overrides(prefixed).get("reward", {})
     return build(RewardConfig, deep_merge(data, extra), "reward.")
