@@ -65,9 +65,8 @@ def resolve_model_path(path: str | os.PathLike, key: str = "model.path") -> Path
 def _run_folder_hint(folder: Path) -> str:
     """For a `ulorl train` run folder given as a model: the model folders inside it (its export, its newest
     checkpoint's policy) to give instead; for a checkpoint folder, its policy; for a `ulorl sft` run folder, its
-    model; '' for any other folder. The names
-    are `ulorl.run`'s `EXPORT_DIR`, `CHECKPOINTS` and `MANIFEST`, spelled here: models sit below the run wing and
-    import nothing of it."""
+    model; '' for any other folder. The names are `ulorl.run`'s `EXPORT_DIR`, `CHECKPOINTS` and `MANIFEST`, spelled
+    here: models sit below the run wing and import nothing of it."""
     if (folder / "MANIFEST.json").is_file() and (folder / "model" / "config.json").is_file():
         return f"; it is a `ulorl train` checkpoint: give {str(folder / 'model')!r}"
     models = [folder / "export"] if (folder / "export" / "config.json").is_file() else []
