@@ -132,3 +132,17 @@ def test_reference_needs_the_held_out_solutions(tmp_path, tiny_model_dir):
 
     with pytest.raises(ConfigError, match=r"eval.reference=true: data.eval=.*eval.jsonl: row 0 .*extra_info.solution"):
         open_session(cfg, tmp_path / "run")
+
+
+def test_a_pass_k_above_k_that_the_user_set_is_noted():
+    """`eval.pass_k` values above `eval.k` are not reported: said once at the start when the user set the list
+    (they were dropped silently; `ulorl eval` refuses them as flags), not for the default list, nor without a
+    held-out set."""
+    from ulorl.run.session import pass_k_note
+
+    note = pass_k_note(load_run_config(None, ["eval.k=2", "eval.pass_k=[1,64,8]"]))
+    assert note == ("note: eval.pass_k 8, 64 above eval.k=2 are not reported (pass@k needs k samples a problem); "
+                    "raise eval.k to 64 to report them")
+    assert pass_k_note(load_run_config(None, ["eval.k=2"])) is None  # the default [1, 8, 32]
+    assert pass_k_note(load_run_config(None, ["eval.k=2", "eval.pass_k=[1,2]"])) is None
+    assert pass_k_note(load_run_config(None, ["eval.k=2", "eval.pass_k=[64]", "data.eval=null"])) is None

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from ulorl.config import RunConfig, bound_by_machine, check_runnable, dump_yaml, to_dict
+from ulorl.config import EvalConfig, RunConfig, bound_by_machine, check_runnable, dump_yaml, to_dict
 from ulorl.config.logging import default_table_every
 from ulorl.data import PromptRecord, check_sources, load_prompts
 from ulorl.distributed.placement import Placement, build_placement
@@ -71,9 +71,9 @@ def open_session(cfg: RunConfig, run_dir: str | Path, resume: str | None = None)
     check_runnable(cfg)
     check_sources(cfg.data)  # a missing data file stops the run here, not after minutes of warm start
     show_library_notes()
-    warning = context_warning(cfg)
-    if warning:
-        say(warning)
+    for line in (context_warning(cfg), pass_k_note(cfg)):
+        if line:
+            say(line)
     cfg, notes = bound_by_machine(cfg)
     for note in notes:
         say(note)
@@ -101,6 +101,17 @@ def context_warning(cfg: RunConfig) -> str | None:
     return (f"warning: data.max_prompt_len + rollout.max_response_len = {need:,} positions, past the {positions:,} "
             f"of model.path={m.path} (max_position_embeddings{stretched}): positions beyond it are extrapolated; "
             "model.rope_scaling_factor stretches the model's RoPE with YaRN, or lower rollout.max_response_len")
+
+
+def pass_k_note(cfg: RunConfig) -> str | None:
+    """A line when `eval.pass_k`, set by the user, names values above `eval.k`: they are not reported (pass@k' needs
+    k' samples a problem; `ulorl eval` refuses them as flags). The default list is trimmed to `eval.k` silently."""
+    e = cfg.eval
+    above = sorted({int(x) for x in e.pass_k if int(x) > e.k})
+    if not above or cfg.data.eval is None or list(e.pass_k) == EvalConfig().pass_k:
+        return None
+    return (f"note: eval.pass_k {', '.join(map(str, above))} above eval.k={e.k} are not reported (pass@k needs k "
+            f"samples a problem); raise eval.k to {max(above)} to report them")
 
 
 def _open_locked(cfg: RunConfig, run_dir: Path, resume: str | None) -> TrainSession:
