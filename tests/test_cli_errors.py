@@ -513,3 +513,17 @@ def test_a_model_path_from_the_config_file_is_named_as_its_key(tmp_path, capsys)
     rc, err = run(["eval", "--config", str(config), "-o", str(tmp_path / "out")], capsys)
     assert rc == 2
     assert_one_line(err, "eval", "model.path='", "nowhere", "no such folder")
+
+
+def test_ctrl_c_while_the_cli_starts_is_one_line(capsys, monkeypatch):
+    # Ctrl-C during the imports of the first seconds (transformers, torch) was a KeyboardInterrupt traceback
+    import ulorl.cli as cli
+
+    def interrupted():
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(cli, "_quiet_transformers", interrupted)
+    assert cli.main(["config"]) == cli.EXIT_INTERRUPTED == 130
+    assert capsys.readouterr().err == "ulorl: interrupted while starting\n"
+    with pytest.raises(KeyboardInterrupt):  # --debug shows the traceback, as for every other error
+        cli.main(["config", "--debug"])

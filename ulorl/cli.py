@@ -315,11 +315,17 @@ def parse_args(parser: argparse.ArgumentParser, argv: list[str]) -> argparse.Nam
 
 
 def main(argv: list[str] | None = None) -> int:
-    _quiet_transformers()
     argv = list(sys.argv[1:] if argv is None else argv)
     debug = "--debug" in argv
     rest = [a for a in argv if a != "--debug"]
-    parser = build_parser()
+    try:  # the imports of the first second or two (transformers, torch): Ctrl-C there is no traceback either
+        _quiet_transformers()
+        parser = build_parser()
+    except KeyboardInterrupt:
+        if debug:
+            raise
+        print("ulorl: interrupted while starting", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if not rest:  # `ulorl` alone: the commands, as `ulorl --help` lists them
         parser.print_help()
         return 0
