@@ -79,7 +79,8 @@ def long_workload(model_path: str):
 
     tok, model = load_tokenizer(model_path), load_model(model_path)
     model.eval()
-    records, _ = load_prompts(DataConfig(train="builtin:odometer", alpha=0.5, uniform=0.1, train_size=400), tok)
+    data = DataConfig(train="builtin:odometer", eval=None, alpha=0.5, uniform=0.1, train_size=400)
+    records, _ = load_prompts(data, tok)
     return tok, model, records
 
 
