@@ -377,3 +377,27 @@ def test_a_second_signal_stops_at_once_and_says_what_is_left(tmp_path, tiny_mode
     assert cli(command.split()[1:]) == 0
     assert "resuming from" in capsys.readouterr().out
     assert json.loads((run_dir / "summary.json").read_text())["steps"] == 5
+
+
+def test_a_warm_start_stopped_by_ctrl_c_leaves_its_config_and_the_rerun_replaces_it(tmp_path, tiny_model_dir, capsys,
+                                                                                     monkeypatch):
+    """The start line names RUN/config.yaml: it is written before the SFT warm start (it was written after, so a
+    Ctrl-C during the SFT left a line naming a file that was not there), and a config alone is no earlier run's
+    result: the rerun replaces it instead of moving it to an earlier-<time>/ folder."""
+    import ulorl.run.session as session
+    from ulorl.cli import main as cli
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    run_dir = tmp_path / "run"
+    argv = ["train", "-o", str(run_dir), *tiny_run(tiny_model_dir, "train.steps=1", "model.warm_start=sft",
+                                                   "sft.steps=1", "sft.num_examples=8", "sft.batch_size=4")]
+    monkeypatch.setattr(session, "run_sft", interrupted)
+    assert cli(argv) == 130
+    assert f"(every setting: {run_dir / 'config.yaml'})" in capsys.readouterr().out
+    assert "warm_start: sft" in (run_dir / "config.yaml").read_text()
+    monkeypatch.undo()
+    assert cli(argv) == 0
+    assert "starting over" not in capsys.readouterr().out
+    assert not list(run_dir.glob("earlier-*")) and (run_dir / "warm_start" / "model" / "config.json").exists()

@@ -126,6 +126,8 @@ def _open_locked(cfg: RunConfig, run_dir: Path, resume: str | None) -> TrainSess
         add_phase_time(session.history, "start", time.perf_counter() - started)
         return session
     set_aside_earlier_run(run_dir)
+    # every setting, before the warm start: the start line names this file, and an interrupted SFT leaves it
+    atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))
     policy, warm_start_s = prepare_model(cfg, run_dir)
     started = time.perf_counter()
     session = TrainSession(cfg, run_dir, policy)
@@ -179,9 +181,10 @@ RUN_OUTPUTS = ("checkpoints", "samples.jsonl", "metrics.jsonl", "metrics.jsonl.b
 
 def set_aside_earlier_run(run_dir: Path, outputs: tuple[str, ...] = RUN_OUTPUTS, what: str = "run") -> Path | None:
     """Move an earlier `what`'s `outputs` (a training run's by default) into `run_dir/earlier-<time>/`; returns that
-    folder (None: nothing there)."""
+    folder (None: nothing there). A config.yaml alone is no result (a start stopped before any, e.g. during its
+    warm start): it stays, for the new start to replace."""
     present = [run_dir / n for n in outputs if (run_dir / n).exists()]
-    if not present:
+    if not present or [p.name for p in present] == ["config.yaml"]:
         return None
     aside = run_dir / f"earlier-{time.strftime('%Y%m%d-%H%M%S')}"
     n = 1
