@@ -126,3 +126,17 @@ def test_eval_data_defaults_and_flags(tmp_path):
     preset.write_text("data:\n  on_bad_row: maybe\n")
     with pytest.raises(ConfigError, match="data.on_bad_row"):
         data_config(_args("--config", str(preset)), eval_config(_args()))
+
+
+def test_sources_that_share_a_file_name_keep_a_result_each():
+    """Two --data files named a.jsonl in different folders were one result (the second replaced the first in the
+    dict of sets, silently): a shared file name is now reported by the source as given; a source given twice is an
+    error before any work."""
+    from ulorl.config import ConfigError
+    from ulorl.evaluation.cli import set_names
+
+    assert set_names(["d/a.jsonl", "d2/a.jsonl", "e/b.jsonl", "builtin:chain"]) == [
+        "d/a.jsonl", "d2/a.jsonl", "b.jsonl", "builtin:chain"]
+    assert set_names(["x/a.jsonl"]) == ["a.jsonl"]
+    with pytest.raises(ConfigError, match=r"--data d/a.jsonl: given more than once"):
+        set_names(["d/a.jsonl", "e/b.jsonl", "d/a.jsonl"])

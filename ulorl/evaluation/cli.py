@@ -12,7 +12,7 @@ from pathlib import Path
 
 from ulorl.config.data import BUILTIN_CHAIN, BadRowPolicy, DataConfig, DataFormat
 from ulorl.config.evaluation import EvalConfig
-from ulorl.config.loader import build
+from ulorl.config.loader import build, read_yaml
 from ulorl.config.machine import check_device, check_judge_runnable
 from ulorl.config.model import MODEL_DTYPES
 from ulorl.config.rollout import TorchEngineConfig
@@ -97,12 +97,20 @@ def _name(source: str) -> str:
     return source if source.startswith("builtin:") else Path(source).name
 
 
+def set_names(sources: list[str]) -> list[str]:
+    """The result name of each source: its file name, or the source as given where two share a file name (each is
+    evaluated and reported on its own). A source given twice is a `ConfigError`."""
+    twice = sorted({s for s in sources if sources.count(s) > 1})
+    if twice:
+        raise ConfigError(f"--data {' '.join(twice)}: given more than once; name each source once")
+    short = [_name(s) for s in sources]
+    return [n if short.count(n) == 1 else s for n, s in zip(short, sources)]
+
+
 def _preset(args: argparse.Namespace, section: str) -> dict:
     """One section of the `--config` preset ({} without one)."""
     if not args.config:
         return {}
-    from ulorl.config.loader import ConfigError, read_yaml
-
     data = read_yaml(Path(args.config)) or {}  # a file that does not parse or read: one line naming it
     if not isinstance(data, dict) or not isinstance(data.get(section) or {}, dict):
         raise ConfigError(f"config file {args.config}: expected a mapping with a '{section}:' mapping")
@@ -210,7 +218,6 @@ def cpu_numerics(args: argparse.Namespace) -> str:
 
 def _engine_name(args: argparse.Namespace) -> str:
     if args.engine:
-        from ulorl.errors import check_choice
         from ulorl.rollout.engines.registry import EngineName
 
         check_choice("--engine", args.engine, EngineName)
@@ -308,14 +315,14 @@ def run_eval(args: argparse.Namespace) -> int:
     resolve_model_path(path, "--model" if args.model else "model.path")
     tokenizer = load_tokenizer(path, trust_remote_code=args.trust_remote_code)
     sets = {}
-    for source in sources:  # load (and validate) everything before the first sample is drawn
+    for source, name in zip(sources, set_names(sources)):  # load and validate all before the first sample is drawn
         records, report = load_source(source, tokenizer, data_cfg, split="eval", skip_hint="--on-bad-row skip")
         if not records:  # before the model loads
             raise report.nothing_usable("--max-prompt-len", data_cfg.max_prompt_len)
         print(report.summary())
         if cfg.reference:
             referenced_rows(cfg, records, source, "--reference")
-        sets[_name(source)] = records
+        sets[name] = records
     warning = context_warning(path, sets, cfg.max_new_tokens)
     if warning:
         print(warning)
