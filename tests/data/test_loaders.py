@@ -65,6 +65,20 @@ def test_jsonl_custom_keys_and_dotted_answer(tmp_path, tok):
     assert (rec.ground_truth, rec.data_source) == ("7", "s1")
 
 
+@pytest.mark.parametrize("name,text", [("bom.jsonl", '{"prompt": "add 1 2", "answer": "3"}\n{"prompt": "x", '
+                                                     '"answer": "4"}\n'),
+                                       ("bom.json", '[{"prompt": "add 1 2", "answer": "3"}, {"prompt": "x", '
+                                                    '"answer": "4"}]')])
+def test_a_utf8_byte_order_mark_is_not_a_bad_first_row(tmp_path, tok, name, text):
+    # a file saved as "UTF-8 with BOM" (Windows tools): its first row was invalid_json, and skipped with
+    # data.on_bad_row=skip
+    p = tmp_path / name
+    p.write_text(text, encoding="utf-8-sig")
+    assert p.read_bytes()[:3] == b"\xef\xbb\xbf"
+    recs, report = load_source(str(p), tok, DataConfig())
+    assert [r.ground_truth for r in recs] == ["3", "4"] and report.n_skipped == 0
+
+
 def test_trl_parquet_auto_and_explicit(tmp_path, tok):
     p = tmp_path / "trl.parquet"
     pq.write_table(pa.Table.from_pylist([{"prompt": "add 1 1", "answer": "2"}]), p)

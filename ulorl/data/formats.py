@@ -11,6 +11,7 @@ whole (`ulorl.durable.replacing`) and refuse a folder holding what they do not w
 
 from __future__ import annotations
 
+import codecs
 import fnmatch
 import json
 import math
@@ -116,7 +117,7 @@ def read_rows(path: str | Path, storage: Storage, split: str = "train") -> list[
 
 
 def _read_jsonl(path: Path) -> list[dict | RowIssue]:
-    raw = path.read_bytes()
+    raw = path.read_bytes().removeprefix(codecs.BOM_UTF8)  # a UTF-8 byte-order mark, as Windows tools write one
     if path.suffix.lower() == ".json" and raw.lstrip()[:1] == b"[":  # a JSON array, not JSON lines
         try:
             items = json.loads(raw.decode("utf-8", errors="surrogateescape"))
