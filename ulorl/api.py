@@ -48,6 +48,13 @@ def make_config(preset: str | Path | None = None, overrides: Mapping[str, Any] |
     `overrides` is a mapping of dotted keys (`{"rollout.num_segments": 4}`), a nested mapping
     (`{"rollout": {"num_segments": 4}}`), or CLI-style strings (`["rollout.num_segments=4"]`).
     Unknown keys and bad values raise `ConfigError` as on the command line."""
+    if preset is not None and not isinstance(preset, (str, Path)):
+        raise ConfigError(f"make_config(preset=...) takes a YAML file's path or None, not {type(preset).__name__}")
+    if isinstance(overrides, (list, tuple)) and not all(isinstance(o, str) for o in overrides):
+        raise ConfigError(f"make_config(overrides=[...]) takes strings like 'train.steps=20', got {overrides!r}")
+    if overrides is not None and not isinstance(overrides, (list, tuple, Mapping)):
+        raise ConfigError(f"make_config(overrides=...) takes a mapping ({{'train.steps': 20}}) or a list of "
+                          f"'key=value' strings, not {type(overrides).__name__} ({overrides!r})")
     if overrides is None or isinstance(overrides, (list, tuple)):
         return load_run_config(preset, list(overrides or []))
     nested: dict = {}
@@ -126,7 +133,7 @@ class Trainer:
         bad = next((i for i, x in enumerate(items) if not isinstance(x, Mapping)), None)
         if bad is not None:
             raise ConfigError(f"{takes}; item {bad} is {type(items[bad]).__name__}")
-        text = "".join(json.dumps(dict(row), ensure_ascii=False, default=str) + "\n" for row in items)
+        text = "".join(_json_row(row, i, split) + "\n" for i, row in enumerate(items))
         path = self.run_dir / "data" / f"{split}.jsonl"
         if not _holds(path, text):  # the same rows (a resume) leave the file untouched
             if path.exists():  # other rows: kept
@@ -156,6 +163,31 @@ def _holds(path: Path, text: str) -> bool:
         return False
 
 
+def _json_row(row: Mapping, i: int, split: str) -> str:
+    """Row `i` of a dataset given as rows, as one JSON line: numpy and torch values (a pandas row holds them) as
+    their Python numbers or lists; any other value that JSON cannot hold is a `ConfigError` naming the row and
+    field (it was written as its `str()`, e.g. "<object object at 0x...>", and trained on as the reference)."""
+    def plain(value):
+        if hasattr(value, "tolist"):
+            return value.tolist()
+        raise TypeError(type(value).__name__)
+
+    try:
+        return json.dumps(dict(row), ensure_ascii=False, default=plain)
+    except (TypeError, ValueError) as e:
+        field = next((k for k, v in row.items() if _unjsonable(v, plain)), "?")
+        raise ConfigError(f"Trainer({split}_dataset=...) row {i}, field {field!r}: a value of type {e}; give "
+                          f"numbers, strings, lists or dicts") from None
+
+
+def _unjsonable(value, plain) -> bool:
+    try:
+        json.dumps(value, default=plain)
+        return False
+    except (TypeError, ValueError):
+        return True
+
+
 def _check_types(config: Any, output_dir: Any, resume: Any, reward_weights: Any) -> None:
     """`ConfigError` naming the argument whose type `Trainer` cannot use."""
     if config is not None and not isinstance(config, (RunConfig, Mapping, str, Path)):
@@ -166,8 +198,9 @@ def _check_types(config: Any, output_dir: Any, resume: Any, reward_weights: Any)
     if resume is not None and not isinstance(resume, (str, Path)):
         raise ConfigError(f"Trainer(resume=...) takes 'auto', 'never' or a checkpoint path, not "
                           f"{type(resume).__name__}")
-    if reward_weights is not None and (isinstance(reward_weights, (str, bytes)) or not all(
-            isinstance(w, (int, float)) and not isinstance(w, bool) for w in reward_weights)):
+    if reward_weights is not None and (not isinstance(reward_weights, Iterable) or isinstance(
+            reward_weights, (str, bytes)) or not all(isinstance(w, (int, float)) and not isinstance(w, bool)
+                                                      for w in reward_weights)):
         raise ConfigError(f"Trainer(reward_weights=...) takes a list of numbers, got {reward_weights!r}")
 
 

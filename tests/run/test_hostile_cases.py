@@ -301,15 +301,29 @@ def test_trainer_takes_a_mapping_of_settings_and_refuses_other_types(tmp_path):
         Trainer(42)
     with pytest.raises(ConfigError, match=r"Trainer\(output_dir=...\) takes a path, not list"):
         Trainer(output_dir=["a"])
-    with pytest.raises(ConfigError, match=r"reward_weights=...\) takes a list of numbers"):
-        Trainer(reward_funcs=[len], reward_weights=["1"])
+    for weights in (["1"], 1):  # a lone number was a TypeError inside the type check itself
+        with pytest.raises(ConfigError, match=r"reward_weights=...\) takes a list of numbers"):
+            Trainer(reward_funcs=[len], reward_weights=weights)
     takes = r"Trainer\(train_dataset=...\) takes a path, a list of paths, or rows \(dicts\)"
+    row = r"Trainer\(train_dataset=...\) row 1, field 'answer': a value of type "
     for dataset, says in ((123, f"{takes}, not int"), ({"prompt": "q", "answer": "1"}, f"{takes}, not dict"),
                           ([{"prompt": "q", "answer": "1"}, 7], f"{takes}; item 1 is int"),
-                          ([], r"Trainer\(train_dataset=...\) has no rows")):
+                          ([], r"Trainer\(train_dataset=...\) has no rows"),
+                          # written as their str() before ("{1, 2}", "<object object at 0x...>") and trained on
+                          ([{"prompt": "q", "answer": "1"}, {"prompt": "q", "answer": {1, 2}}], row + "set"),
+                          ([{"prompt": "q", "answer": "1"}, {"prompt": "q", "answer": object()}], row + "object")):
         with pytest.raises(ConfigError, match=says):
             Trainer(train_dataset=dataset, output_dir=tmp_path / "run")
     assert not (tmp_path / "run").exists()
+    # make_config's arguments: each was an AttributeError or TypeError from deep inside
+    from ulorl.api import make_config
+
+    for args, says in (((None, "train.steps=2"), r"overrides=...\) takes a mapping .* not str"),
+                       ((None, 5), r"overrides=...\) takes a mapping .* not int"),
+                       ((None, [1, 2]), r"overrides=\[...\]\) takes strings like 'train.steps=20', got \[1, 2\]"),
+                       ((5,), r"preset=...\) takes a YAML file's path or None, not int")):
+        with pytest.raises(ConfigError, match=r"make_config\(" + says):
+            make_config(*args)
 
 
 def test_trainer_takes_the_rows_of_a_dataframe(tmp_path):
