@@ -137,3 +137,17 @@ def test_write_rows_jsonl_is_strict_json(tmp_path):
     text = (tmp_path / "o.jsonl").read_text()
     assert json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} written")) == {
         "a": None, "b": [None, 1.0], "c": "bytes"}
+
+
+def test_a_dataset_dicts_other_splits_are_named_not_dropped_in_silence(tmp_path, capsys):
+    """`ulorl clean` cleans one split of a save_to_disk DatasetDict (train); the others were dropped without a word.
+    It now says which it left and how to clean one: give the split's own folder."""
+    datasets = pytest.importorskip("datasets")
+    rows = {"train": [{"prompt": f"q{i}", "answer": str(i)} for i in range(3)],
+            "test": [{"prompt": "t", "answer": "7"}, {"prompt": "u", "answer": "8"}]}
+    datasets.DatasetDict({k: datasets.Dataset.from_list(v) for k, v in rows.items()}).save_to_disk(tmp_path / "dd")
+    assert cli(["clean", "--input", str(tmp_path / "dd"), "-o", str(tmp_path / "out")]) == 0
+    assert (f"note: {tmp_path / 'dd'} is a DatasetDict; its 'train' split is cleaned, not test (give "
+            f"{tmp_path / 'dd' / 'test'} as --input to clean that one)") in capsys.readouterr().out
+    assert cli(["clean", "--input", str(tmp_path / "dd" / "test"), "-o", str(tmp_path / "test.jsonl")]) == 0
+    assert [json.loads(line)["answer"] for line in (tmp_path / "test.jsonl").read_text().splitlines()] == ["7", "8"]

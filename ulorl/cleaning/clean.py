@@ -20,7 +20,7 @@ from ulorl.cleaning.steps import (MODEL_STEPS, RULE_STEPS, STEPS, Action, CleanC
 from ulorl.config.data import BadRowPolicy, DataConfig, DataFormat
 from ulorl.config.machine import check_device, check_judge_runnable
 from ulorl.config.model import MODEL_DTYPES
-from ulorl.data.formats import Storage, detect_storage, output_storage, write_rows
+from ulorl.data.formats import Storage, detect_storage, disk_splits, output_storage, write_rows
 from ulorl.data.loaders import read_source, validate_source
 from ulorl.data.records import DataError, counted
 from ulorl.data.validate import RowSchema, ValidRow, get_path, guess_schema, set_path
@@ -237,6 +237,9 @@ def run_clean(args: argparse.Namespace) -> int:
         check_device("--device", args.device, "--device cpu")
     out_storage = _output_storage(args.output, _input_storage(args))
     raw = read_source(args.input, data_cfg, split="train")
+    if (splits := disk_splits(args.input, "train")) is not None and splits[1]:  # said, not dropped in silence
+        print(f"note: {args.input} is a DatasetDict; its '{splits[0]}' split is cleaned, not {', '.join(splits[1])} "
+              f"(give {Path(args.input) / splits[1][0]} as --input to clean that one)")
     if not raw.rows:
         raise DataError(f"{args.input}: no rows to clean (the file is empty); nothing was written")
     valid, load_report = validate_source(raw, args.on_bad_row, skip_hint="--on-bad-row skip")

@@ -174,15 +174,23 @@ def _json_field(path: Path, key: str, kind: type) -> object:
                         f"'{key}'): {type(e).__name__}: {e}") from None
 
 
+def disk_splits(path: str | Path, split: str) -> tuple[str, list[str]] | None:
+    """For a `save_to_disk` DatasetDict folder: the split read for `split` (its `_SPLIT_NAMES`) and the others it
+    holds; None for any other source."""
+    dd = Path(path) / "dataset_dict.json"
+    if not dd.exists():
+        return None
+    splits = _json_field(dd, "splits", list)
+    wanted = _SPLIT_NAMES.get(split, (split,))
+    chosen = next((s for s in wanted if s in splits), splits[0] if len(splits) == 1 else None)
+    if chosen is None:
+        raise DataError(f"{path}: DatasetDict has splits {splits}, none of {list(wanted)} for the {split} split")
+    return chosen, [s for s in splits if s != chosen]
+
+
 def _read_disk(path: Path, split: str) -> list[dict | RowIssue]:
-    dd = path / "dataset_dict.json"
-    if dd.exists():  # a DatasetDict: pick the split
-        splits = _json_field(dd, "splits", list)
-        wanted = _SPLIT_NAMES.get(split, (split,))
-        chosen = next((s for s in wanted if s in splits), splits[0] if len(splits) == 1 else None)
-        if chosen is None:
-            raise DataError(f"{path}: DatasetDict has splits {splits}, none of {list(wanted)} for the {split} split")
-        path = path / chosen
+    if (chosen := disk_splits(path, split)) is not None:  # a DatasetDict: its split
+        path = path / chosen[0]
     state = path / "state.json"
     if not state.exists():
         raise DataError(f"{path}: not a datasets.save_to_disk folder (no state.json or dataset_dict.json)")
