@@ -100,6 +100,20 @@ def test_save_to_disk_folder_and_dataset_dict(tmp_path, tok):
     assert [r.ground_truth for r in load_prompts(cfg, tok, "eval")[0]] == ["18"]
 
 
+@pytest.mark.parametrize("name,read", [("a.csv", "pandas.read_csv('{p}')"),
+                                       ("a.tsv", "pandas.read_csv('{p}', sep='\\t')"),
+                                       ("a.xlsx", "pandas.read_excel('{p}')")])
+def test_a_table_no_reader_takes_says_how_to_convert_it(tmp_path, tok, name, read):
+    # it said "(or set data.format explicitly)", and data.format=jsonl then read every CSV line as a bad JSON row
+    p = tmp_path / name
+    p.write_text("prompt,answer\n1+1,2\n")
+    with pytest.raises(DataError) as e:
+        load_source(str(p), tok, DataConfig())
+    kind = {"a.csv": "CSV", "a.tsv": "TSV", "a.xlsx": "Excel"}[name]
+    assert str(e.value) == (f"{p}: {kind} files are not read; convert it to parquet or JSONL (with pandas: "
+                            f"{read.format(p=p)}.to_parquet('data.parquet'))")
+
+
 def test_format_override_for_unknown_extension(tmp_path, tok):
     p = tmp_path / "data.txt"
     write_jsonl(p, [{"prompt": "add 1 1", "answer": "2"}])

@@ -33,6 +33,8 @@ class Storage(str, Enum):
 
 
 _SUFFIXES = {".parquet": Storage.PARQUET, ".jsonl": Storage.JSONL, ".ndjson": Storage.JSONL, ".json": Storage.JSONL}
+# tables by extension that no reader here takes (a format setting would read them as JSON lines, row by row bad)
+_TABLES = {".csv": "CSV", ".tsv": "TSV", ".xlsx": "Excel", ".xls": "Excel"}
 # which split of a DatasetDict folder each of our splits reads, in order of preference
 _SPLIT_NAMES = {"train": ("train",), "eval": ("test", "validation", "eval", "valid", "dev")}
 
@@ -45,6 +47,10 @@ def detect_storage(path: str | Path, format_hint: str = "set data.format explici
         return Storage.DISK
     if p.suffix.lower() in _SUFFIXES:
         return _SUFFIXES[p.suffix.lower()]
+    if p.suffix.lower() in _TABLES:  # no format setting reads these: say so, and how to convert
+        raise DataError(f"{path}: {_TABLES[p.suffix.lower()]} files are not read; convert it to parquet or JSONL "
+                        f"(with pandas: pandas.read_{'excel' if 'x' in p.suffix else 'csv'}({str(path)!r}"
+                        f"{', sep=' + repr(chr(9)) if p.suffix.lower() == '.tsv' else ''}).to_parquet('data.parquet'))")
     raise DataError(f"{path}: cannot tell the format from the name; expected a .parquet, .jsonl/.ndjson/.json "
                     f"file or a datasets.save_to_disk folder (or {format_hint})")
 
