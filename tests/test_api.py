@@ -79,6 +79,16 @@ def test_trainer_with_callable_reward_and_rows(tmp_path):
     metrics = [json.loads(line) for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
     assert any("rewards/LengthParity/mean" in m for m in metrics)  # logged at the steps that scored
     assert "LengthParity" in (tmp_path / "run" / "config.yaml").read_text()  # the saved config names it
+    # a second fresh run into that folder: refused, its hint in the API's words (it named --resume and --output-dir)
+    from ulorl.run.checkpoint import CheckpointError
+
+    again = Trainer(make_config(None, {**TINY, "train.steps": 2}), reward_funcs=reward, train_dataset=rows,
+                    eval_dataset=False, output_dir=tmp_path / "run")
+    with pytest.raises(CheckpointError) as e:
+        again.train()
+    assert str(e.value).endswith('holds checkpoints of an earlier run: pass resume="auto" to continue it, '
+                                 'resume="never" to start over (its files are moved aside), or choose another '
+                                 'output_dir')
 
 
 def test_reward_weights_must_match(tmp_path):

@@ -83,7 +83,8 @@ class Trainer:
             in any layout the loaders accept; a `datasets.Dataset` or a pandas DataFrame gives its rows); None
             keeps the config's data. `eval_dataset=False`: no held-out evaluation.
         output_dir: the run folder (default `runs/api-<timestamp>`).
-        resume: None (fresh run), "auto" or a checkpoint folder, as `ulorl train --resume`.
+        resume: None (fresh run), "auto" (continue the run in `output_dir`), "never" (start over, an earlier run's
+            files moved aside) or a checkpoint folder, as `ulorl train --resume`.
     """
 
     def __init__(self, config: RunConfig | Mapping[str, Any] | None = None, *, reward_funcs: Any = None,
@@ -148,11 +149,25 @@ class Trainer:
 
         The summary (`steps`, `trained_samples`, `eval_before`, `eval_after`, `eval_paired`, `entropy`,
         `segments_hist`, `run_dir`) is also written to `<run>/summary.json`."""
+        from ulorl.run.checkpoint import CheckpointError
         from ulorl.run.loop import train
 
         check_runnable(self.config)
-        self.summary = train(self.config, self.run_dir, resume=self.resume)
+        try:
+            self.summary = train(self.config, self.run_dir, resume=self.resume)
+        except CheckpointError as e:  # its hint in this API's words, not the command line's
+            raise CheckpointError(_api_words(str(e))) from None
         return self.summary
+
+
+# the command line's words in a checkpoint error's hint -> `Trainer`'s arguments (longest first)
+_API_WORDS = (("--resume auto", 'resume="auto"'), ("--resume never", 'resume="never"'), ("--output-dir", "output_dir"))
+
+
+def _api_words(message: str) -> str:
+    for flag, argument in _API_WORDS:
+        message = message.replace(flag, argument)
+    return message
 
 
 def _holds(path: Path, text: str) -> bool:
