@@ -415,3 +415,15 @@ def test_a_warm_start_stopped_by_ctrl_c_leaves_its_config_and_the_rerun_replaces
     assert cli(argv) == 0
     assert "starting over" not in capsys.readouterr().out
     assert not list(run_dir.glob("earlier-*")) and (run_dir / "warm_start" / "model" / "config.json").exists()
+
+
+def test_a_load_errors_message_keeps_its_later_lines_on_one_line():
+    """transformers says what is wrong after its first line ("... from one of:" then the cases); the one-line CLI
+    error kept the first line only."""
+    from ulorl.models.loading import _one_line
+
+    e = ValueError("Couldn't instantiate the backend tokenizer from one of:\n (1) a `tokenizers` library serialization "
+                   "file,\n\n (2) a slow tokenizer instance to convert")
+    assert _one_line(e) == ("Couldn't instantiate the backend tokenizer from one of: (1) a `tokenizers` library "
+                            "serialization file, (2) a slow tokenizer instance to convert")
+    assert len(_one_line(ValueError("x" * 2000))) == 500

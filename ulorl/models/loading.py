@@ -111,7 +111,7 @@ def load_tokenizer(path: str | os.PathLike, trust_remote_code: bool = False) -> 
     try:
         tok = AutoTokenizer.from_pretrained(folder, local_files_only=True, trust_remote_code=trust_remote_code)
     except (OSError, ValueError, KeyError, RuntimeError) as e:  # no tokenizer files, a corrupt tokenizer.json
-        raise ModelLoadError(f"cannot load the tokenizer in {folder}: {type(e).__name__}: {_first_line(e)}") from e
+        raise ModelLoadError(f"cannot load the tokenizer in {folder}: {type(e).__name__}: {_one_line(e)}") from e
     if tok.pad_token_id is None:
         tok.pad_token = tok.eos_token
     return tok
@@ -143,13 +143,13 @@ def load_model(path: str | os.PathLike, dtype: str = "float32", trust_remote_cod
                                                      trust_remote_code=trust_remote_code, **kwargs)
     except (OSError, ValueError, KeyError, RuntimeError, *_LOAD_ERRORS) as e:  # a corrupt or foreign folder
         raise ModelLoadError(f"cannot load the model in {folder}: {type(e).__name__}: "
-                             f"{_first_line(e)}") from e
+                             f"{_one_line(e)}") from e
     return model.to(device)
 
 
-def _first_line(e: BaseException) -> str:
-    lines = [ln.strip() for ln in str(e).splitlines() if ln.strip()]
-    return lines[0][:300] if lines else ""
+def _one_line(e: BaseException) -> str:
+    """`e`'s message on one line: transformers' errors often say what is wrong after their first line."""
+    return " ".join(ln.strip() for ln in str(e).splitlines() if ln.strip())[:500]
 
 
 def _load_errors() -> tuple[type[BaseException], ...]:
