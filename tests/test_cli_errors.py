@@ -182,6 +182,9 @@ CONFIG_CASES = {
     "eval of builtin:chain with an odometer preset's size law": (  # a TypeError from the chain task before
         lambda t: ["eval", "--config", _odometer_preset(t), "--data", "builtin:chain", "-o", str(t / "ev")], "eval",
         ["data.uniform=0.3 is for builtin:odometer", "not builtin:chain (data.eval)"]),
+    "clean's --steps naming no step": (  # ran the default steps, silently
+        lambda t: ["clean", "--input", "builtin:chain", "-o", str(t / "c.jsonl"), "--steps", ""], "clean",
+        ["--steps '': names no step; leave it out for the default steps"]),
     "a bad held-out row, before the SFT": (
         lambda t: ["sft", "-o", str(t / "run"), "sft.steps=1", "logging.progress=false",
                    f"data.eval={_jsonl(t, NO_ANSWER + GOOD)}"], "sft", ["in.jsonl: row 0, field 'answer'"]),
@@ -485,6 +488,13 @@ def _checkpoint(tmp: Path) -> Path:
     return ckpt
 
 
+def _latest(tmp: Path) -> Path:
+    """A run's `checkpoints/latest`: a file naming its newest step, not a model folder."""
+    ckpts = _run_folder(tmp) / "checkpoints"
+    (ckpts / "latest").write_text("step_000100\n")
+    return ckpts / "latest"
+
+
 MODEL_CASES = {
     "a missing folder": (lambda t: t / "nowhere", ["--model '", "nowhere", "no such folder"]),
     "a file": (_file, ["--model '", "afile", "a file, not a folder"]),
@@ -493,6 +503,8 @@ MODEL_CASES = {
     "a folder without config.json": (lambda t: t, ["no config.json", "not a Hugging Face model folder"]),
     "a run folder": (_run_folder, ["no config.json", "run folder", "myrun/export'", "step_000100/model'"]),
     "an sft run folder": (_sft_run, ["no config.json", "it is a `ulorl sft` run folder: give '", "sft/model'"]),
+    "a run's latest pointer": (_latest, ["the pointer to a run's newest checkpoint, not a model: give '",
+                                         "checkpoints/step_000100/model'"]),
 }
 
 

@@ -220,6 +220,9 @@ def run_clean(args: argparse.Namespace) -> int:
         check_judge_runnable(reward)
     data_cfg = DataConfig(format=args.format, prompt_key=args.prompt_key, answer_key=args.answer_key,
                           data_source_key=args.data_source_key, on_bad_row=args.on_bad_row)
+    if args.steps is not None and not args.steps.strip(", "):  # `--steps ""` ran the default steps, silently
+        raise DataError(f"--steps {args.steps!r}: names no step; leave it out for the default steps or name some "
+                        f"of {[s.value for s in CleanStep]}")
     steps = args.steps or ",".join(s.value for s in RULE_STEPS + (MODEL_STEPS if args.model else []))
     try:
         options = CleanOptions(k=args.k, temperature=args.temperature, max_new_tokens=args.max_new_tokens,

@@ -52,6 +52,10 @@ def resolve_model_path(path: str | os.PathLike, key: str = "model.path") -> Path
     if gguf is not None:
         return gguf_model_dir(gguf)
     p = Path(path)
+    if p.is_file() and p.name == "latest" and p.parent.name == "checkpoints":  # a run's pointer to its newest step
+        step = p.read_text(errors="replace").strip()
+        raise FileNotFoundError(f"{named(key, path)}: the pointer to a run's newest checkpoint, not a model: give "
+                                f"{str(p.parent / step / 'model')!r}")
     if not p.is_dir():
         what = "a file, not a folder" if p.exists() else "no such folder"
         raise FileNotFoundError(f"{named(key, path)}: {what} (give a local Hugging Face model folder, a "
