@@ -43,7 +43,7 @@ from ulorl.rollout.engines.torch.block_manager import BlockManager
 from ulorl.rollout.engines.torch.graph_decoder import GraphMode, TableDecoder
 from ulorl.rollout.engines.torch.kept_rows import KeptRows, weights_version
 from ulorl.rollout.engines.torch.kv_cache import GIB, PagedKVCache, check_budget, physical_memory_bytes, pool_blocks
-from ulorl.rollout.engines.torch.prefill_attention import prefill_backend, varlen_unavailable
+from ulorl.rollout.engines.torch.prefill_attention import prefill_backend, varlen_refused, varlen_unavailable
 from ulorl.rollout.engines.torch.runner import ModelRunner
 from ulorl.rollout.engines.torch.scheduler import Scheduler
 from ulorl.rollout.engines.torch.table_attention import table_backend, triton_runs_on
@@ -79,7 +79,7 @@ def check_attention_paths(decode: str, prefill: str, device: torch.device, dtype
                           f"{device.type}); elsewhere only under Triton's interpreter (TRITON_INTERPRET=1, a slow "
                           f"reference for tests). On CPU use split_k, the fast path there")
     if PrefillAttention(prefill) is PrefillAttention.VARLEN and (why := varlen_unavailable(device, dtype, head_dim)):
-        raise ConfigError(f"rollout.torch.prefill_attention=varlen cannot run here: {why}; use sdpa (or auto)")
+        raise varlen_refused(why)
 
 
 def _fused_sampler():

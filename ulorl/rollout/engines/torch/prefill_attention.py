@@ -135,5 +135,10 @@ def prefill_backend(name: str, device: torch.device, dtype: torch.dtype, heads: 
             if choice is PrefillAttention.AUTO:
                 warnings.warn(f"torch engine prefill: varlen -> sdpa ({why})", stacklevel=3)
     if choice is PrefillAttention.VARLEN:
-        raise ConfigError(f"rollout.torch.prefill_attention=varlen cannot run here: {why}; use sdpa (or auto)")
+        raise varlen_refused(why)
     return SDPAPrefill()
+
+
+def varlen_refused(why: str) -> ConfigError:
+    """The error of `rollout.torch.prefill_attention=varlen` where it cannot run, `why` saying why."""
+    return ConfigError(f"rollout.torch.prefill_attention=varlen cannot run here: {why}; use sdpa (or auto)")
