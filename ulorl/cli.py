@@ -83,10 +83,13 @@ def cmd_train(args) -> int:
 def cmd_sft(args) -> int:
     from ulorl.config import check_runnable, dump_yaml
     from ulorl.run.checkpoint import atomic_write_text, make_run_dir
+    from ulorl.run.console import say
     from ulorl.run.lock import RunLock
     from ulorl.run.numerics import apply_cpu_numerics
     from ulorl.run.session import check_data, use_train_threads
+    from ulorl.run.sft import SFTStopped
     from ulorl.run.sft_report import format_sft_report, prepare_sft_dir, sft_and_report
+    from ulorl.run.sft_state import sft_settings
 
     cfg = _load_cfg(args)
     apply_cpu_numerics(cfg.train.cpu_numerics)  # before any tensor operation, as `ulorl train` does
@@ -97,10 +100,14 @@ def cmd_sft(args) -> int:
     check_data(cfg, ("eval",))
     run_dir = make_run_dir(_run_dir(args, "sft"))
     with RunLock.acquire(run_dir):  # one process per folder, as for train
-        prepare_sft_dir(run_dir)
+        prepare_sft_dir(run_dir, sft_settings(cfg.model, cfg.sft, cfg.eval.sampling()))
         atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))
         print(_config_lines(cfg, args, run_dir), flush=True)
-        report = sft_and_report(cfg, run_dir)
+        try:
+            report = sft_and_report(cfg, run_dir)
+        except SFTStopped:
+            say(f"the same command continues it: ulorl sft --config {run_dir / 'config.yaml'} --output-dir {run_dir}")
+            raise
     print(format_sft_report(report, run_dir, args.config))
     return 0
 

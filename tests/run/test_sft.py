@@ -162,8 +162,8 @@ def test_a_second_sft_in_a_folder_moves_the_first_aside_and_a_train_runs_folder_
     out = capsys.readouterr().out
     aside = [d for d in run.iterdir() if d.name.startswith("earlier-")]
     assert len(aside) == 1
-    assert f"starting over: the earlier SFT's model, metrics.jsonl, loss.png, sft_report.json, config.yaml moved to " \
-           f"{aside[0]}" in out
+    assert f"starting over: the earlier SFT's model, metrics.jsonl, loss.png, sft_report.json, config.yaml, " \
+           f"sft_settings.json moved to {aside[0]}" in out
     assert (aside[0] / "model" / "model.safetensors").read_bytes() == first  # kept, not overwritten
     assert "lr: 0.001" in (aside[0] / "config.yaml").read_text() and "lr: 0.002" in (run / "config.yaml").read_text()
     assert (run / "model" / "model.safetensors").read_bytes() != first

@@ -68,6 +68,10 @@ class SFTConfig:
     # torch threads for the SFT's training steps (0: as `train.threads`); its ops gave bit-identical weights with
     # 1 and 2 threads on CPU (docs/long_run.md), so a run whose engine wants one thread can train its SFT on two
     threads: int = 0
+    # every this many steps the SFT saves its state (0: only when a signal stops it), and an interrupted SFT
+    # continues from its last save to the weights it would have reached (ulorl.run.sft_state); a save of the
+    # built-in long model takes ~0.04 s (docs/reliability.md)
+    save_every: int = 100
 
     @property
     def length_text(self) -> str:
@@ -93,6 +97,7 @@ class SFTConfig:
         positive("sft.short_steps", self.short_steps, allow_zero=True)
         positive("sft.short_max_size", self.short_max_size)
         positive("sft.threads", self.threads, allow_zero=True)
+        positive("sft.save_every", self.save_every, allow_zero=True)
         positive("sft.head_lines", self.head_lines)
         positive("sft.check_every", self.check_every, allow_zero=True)
         positive("sft.check_problems", self.check_problems)

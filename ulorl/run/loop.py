@@ -21,11 +21,11 @@ from ulorl.config import PipelineMode, RunConfig
 from ulorl.logging.base import json_text
 from ulorl.rollout.collect import (BatchStalled, Collected, CollectSettings, DropReason, DroppedGroup, RoundLimits,
                                    collect_batch, fill_pool)
-from ulorl.run.checkpoint import atomic_write_text, read_latest
+from ulorl.run.checkpoint import atomic_write_text, read_latest, resume_command
 from ulorl.run.console import say
 from ulorl.run.export import EXPORT_DIR, export_checkpoint
 from ulorl.run.held_out import reference_eval
-from ulorl.run.report import overlap_metrics, record_trained, resume_command, step_metrics, summarize
+from ulorl.run.report import overlap_metrics, record_trained, step_metrics, summarize
 from ulorl.run.scoring import RewardScorer
 from ulorl.run.session import TrainSession, add_phase_time, open_session
 from ulorl.run.signals import StopOnSignal

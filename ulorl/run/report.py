@@ -13,6 +13,7 @@ from pathlib import Path
 
 from ulorl.evaluation.metrics import length_stats, z_text
 from ulorl.run.held_out import paired_by_length, solution_tokens
+from ulorl.run.checkpoint import resume_command
 from ulorl.run.numerics import numerics_line, numerics_report
 from ulorl.run.session import TrainSession
 from ulorl.trajectory import Trajectory
@@ -166,12 +167,6 @@ def peak_rss_mib(session: TrainSession) -> dict:
         except OSError:
             pass
     return out
-
-
-def resume_command(run_dir) -> str:
-    """The command that resumes the run in `run_dir` as it was configured: its own config.yaml (every setting,
-    the command line's overrides included), so a run started with overrides resumes without repeating them."""
-    return f"ulorl train --config {Path(run_dir) / 'config.yaml'} --resume auto --output-dir {run_dir}"
 
 
 def format_summary(s: dict) -> str:

@@ -7,9 +7,9 @@
 2. the resume decision (`checkpoint.decide_resume`): its notes are printed, its error raised; a fresh
    start moves an earlier run's outputs aside (`set_aside_earlier_run`);
 3. the policy to start from (`prepare_model`): the checkpoint's model when resuming (the warm start is
-   never redone), else `model.path` or the SFT warm start (`model.warm_start=sft`), made once in the run
-   folder and reused while complete; before an SFT the data is loaded once and dropped (`check_data`), so that a
-   bad row stops the run before the SFT's minutes;
+   never redone), else `model.path` or the SFT warm start (`model.warm_start=sft`), made in the run folder,
+   continued after an interruption and reused while made with the run's SFT settings; before an SFT the data is
+   loaded once and dropped (`check_data`), so that a bad row stops the run before the SFT's minutes;
 4. `TrainSession`: loads that policy, builds the parts of the run (by the plain functions at the end
    of this file, in the order the constructor calls them), restores the checkpoint. The seconds of the
    warm start, the prefilter and the rest of the start go into the history's phase times (`add_phase_time`).
@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import os
 import random
-import shutil
 import time
 from pathlib import Path
 
@@ -34,6 +33,7 @@ from ulorl.config import EvalConfig, RunConfig, bound_by_machine, check_runnable
 from ulorl.config.logging import default_table_every
 from ulorl.data import PromptRecord, check_sources, load_prompts
 from ulorl.distributed.placement import Placement, build_placement
+from ulorl.durable import replace_path
 from ulorl.evaluation.reference import referenced_rows
 from ulorl.logging.base import json_text
 from ulorl.models import eos_token_ids, load_tokenizer
@@ -46,14 +46,16 @@ from ulorl.rollout.pools import ExperiencePool, UnfinishedPool
 from ulorl.rollout.prompt_source import PromptSource
 from ulorl.rollout.segment import SegmentRollout
 from ulorl.run.checkpoint import (CHECKPOINTS, CheckpointError, atomic_write_text, commit_resumed, decide_resume,
-                                  make_run_dir, save_checkpoint, save_fingerprint, set_rng_state, step_dir)
+                                  make_run_dir, resume_command, save_checkpoint, save_fingerprint, set_rng_state,
+                                  step_dir)
 from ulorl.run.console import say, show_library_notes
 from ulorl.run.lock import RunLock
 from ulorl.run.numerics import apply_cpu_numerics
 from ulorl.run.prefilter import FILE as PREFILTER_FILE
 from ulorl.run.prefilter import apply_prefilter
 from ulorl.run.samples_log import SampleLog
-from ulorl.run.sft import run_sft
+from ulorl.run.sft import SFTStopped, run_sft
+from ulorl.run.sft_state import has_state, settings_changes, sft_settings
 
 
 def use_train_threads(cfg: RunConfig) -> None:
@@ -150,31 +152,50 @@ def add_phase_time(history: dict, phase: str, seconds: float) -> None:
 
 
 def prepare_model(cfg: RunConfig, run_dir: Path) -> tuple[str, float | None]:
-    """Path of the policy a fresh run starts RL from: `model.path`, or the SFT warm start (made once, atomically);
-    and the seconds of the SFT when this call made it (None: `model.path`, or a warm start reused)."""
+    """Path of the policy a fresh run starts RL from: `model.path`, or the SFT warm start; and the seconds of the
+    SFT when this call trained (None: `model.path`, or a warm start reused).
+
+    The warm start is made in `RUN/warm_start.partial/` and renamed to `RUN/warm_start/` when its model is written.
+    A complete warm start is reused when it was made with this run's SFT settings (`sft_settings`), else moved aside
+    into `RUN/earlier-<time>/` and made again; an interrupted one continues from its last saved state under the
+    same settings (`ulorl.run.sft_state`), else is moved aside and started over."""
     if cfg.model.warm_start == "none":
         return cfg.model.path, None
-    done = run_dir / "warm_start" / "model"
-    for stale in run_dir.glob("warm_start.tmp-*"):  # a warm start killed half-way: never used, redone
-        say(f"removing {stale}: an interrupted SFT warm start")
-        shutil.rmtree(stale, ignore_errors=True)
-    if (done / "config.json").exists() and (done / "model.safetensors").exists():  # made by an atomic rename
-        say(f"reusing the SFT warm start in {done}")
-        return str(done), None
-    # the data the RL will load and what its engine checks at start, before the minutes of SFT
-    check_engine_fits(cfg, check_data(cfg)["train"])
+    done, partial = run_dir / WARM_START, run_dir / f"{WARM_START}.partial"
+    settings = sft_settings(cfg.model, cfg.sft, cfg.eval.sampling())
+    if _model_written(done / "model"):
+        changes = settings_changes(done, settings)
+        if not changes:
+            unrecorded = " (its settings are not recorded: it is taken as it is)" if changes is None else ""
+            say(f"reusing the SFT warm start in {done / 'model'}{unrecorded}")
+            return str(done / "model"), None
+        say(f"the SFT warm start in {done} was made with other settings ({'; '.join(changes)}): it is made again")
+        set_aside_earlier_run(run_dir, (WARM_START,))
+    if partial.exists() and settings_changes(partial, settings):
+        say(f"the interrupted SFT warm start in {partial} has other settings: it is started over")
+        set_aside_earlier_run(run_dir, (partial.name,))
     started = time.perf_counter()
-    tmp = run_dir / f"warm_start.tmp-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    say(f"SFT warm start ({cfg.sft.length_text}) -> {run_dir / 'warm_start'}")
-    run_sft(cfg.model, cfg.sft, tmp, progress=cfg.logging.progress, check_params=cfg.eval.sampling())
-    shutil.rmtree(run_dir / "warm_start", ignore_errors=True)
-    os.replace(tmp, run_dir / "warm_start")
-    return str(done), time.perf_counter() - started
+    if not (_model_written(partial / "model") and not has_state(partial)):  # else written, not yet renamed
+        # the data the RL will load and what its engine checks at start, before the minutes of SFT
+        check_engine_fits(cfg, check_data(cfg)["train"])
+        say(f"SFT warm start ({cfg.sft.length_text}) -> {done}")
+        try:
+            run_sft(cfg.model, cfg.sft, partial, progress=cfg.logging.progress, check_params=cfg.eval.sampling())
+        except SFTStopped:
+            say(f"the same command continues it: {resume_command(run_dir)}")
+            raise
+    replace_path(partial, done)
+    return str(done / "model"), time.perf_counter() - started
+
+
+def _model_written(folder: Path) -> bool:
+    """Whether `folder` holds a saved model (its config and weights), as `run_sft` writes it last."""
+    return (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
 
 
 # what a run writes into its folder; a fresh start moves an earlier run's copies aside (never truncates them).
-# warm_start/ stays: the SFT warm start is reused when its model is complete
+# warm_start/ stays: `prepare_model` decides whether it is reused
+WARM_START = "warm_start"
 RUN_OUTPUTS = ("checkpoints", "samples.jsonl", "metrics.jsonl", "metrics.jsonl.bak", "history.json",
                "summary.json", "config.yaml", "tensorboard", "export", PREFILTER_FILE)
 

@@ -31,7 +31,8 @@ steps left it to the SFT seed (13-20 points apart; README).
 The loss is the mean cross-entropy over response tokens
 (prompt tokens are not trained). Batches are random (`sft.bucketed=false`, the
 default: mixed lengths learn the task more reliably) or length-bucketed under a
-token budget (less padding, faster steps). Writes an HF folder and a loss curve.
+token budget (less padding, faster steps). Writes an HF folder and a loss curve. Every `sft.save_every` steps and
+on a signal the SFT saves its state, and the same call continues an interrupted SFT from it (`ulorl.run.sft_state`).
 """
 
 from __future__ import annotations
@@ -50,7 +51,12 @@ from ulorl.evaluation.reference import score_pairs
 from ulorl.models import load_model, load_tokenizer
 from ulorl.rollout.engines.base import SamplingParams
 from ulorl.run.console import say
+from ulorl.run.sft_state import (STATE_FILE, SFTProgress, SFTStateError, drop_state, has_state, load_state,
+                                 record_settings, save_state, settings_changes, sft_settings)
+from ulorl.run.signals import StopOnSignal
 from ulorl.tasks import BuiltinTask, task_rows
+
+METRICS_FILE = "metrics.jsonl"
 
 SFT_SEED_OFFSET = 7919  # SFT problems never share a seed with the RL train/eval splits
 HEADS_SEED_OFFSET = 104729  # the heads' problems are not the whole solutions' problems
@@ -159,74 +165,141 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
     torch.manual_seed(cfg.seed)
     tok = load_tokenizer(model_cfg.path, model_cfg.trust_remote_code)
     model = load_model(model_cfg.path, model_cfg.dtype, model_cfg.trust_remote_code)
+    phases, checks, valid = _examples(tok, cfg)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
+    gen = torch.Generator().manual_seed(cfg.seed)
+    p = _start(out, sft_settings(model_cfg, cfg, check_params), model, opt, gen, cfg)
+    model.train()
+    t0 = time.time() - p.elapsed_s
+    stop = StopOnSignal()
+    try:
+        with open(out / METRICS_FILE, "a") as log, \
+                tqdm(total=p.planned, initial=len(p.losses), desc="sft", disable=not progress) as bar:
+            for i, (examples, planned, is_short, without_tail) in enumerate(phases):
+                if i < p.phase:
+                    continue
+                if i > p.phase:
+                    p.phase, p.taken, p.order, p.tail_left = i, 0, [], False
+                data = without_tail if p.tail_left else examples
+                batches = bucket_batches([len(a) + len(b) for a, b in data], cfg.batch_tokens, cfg.batch_size)
+                while not p.met and (p.taken < planned or (
+                        _short_phase_goes_on(p.losses, p.taken, cfg, bar) if is_short
+                        else _full_phase_goes_on(len(p.losses), p.taken, planned, cfg, bar))):
+                    if cfg.bucketed:
+                        if not p.order:  # a new epoch over the buckets, in random order
+                            p.order = torch.randperm(len(batches), generator=gen).tolist()
+                        idx = batches[p.order.pop()]
+                    else:
+                        idx = torch.randint(len(data), (cfg.batch_size,), generator=gen).tolist()
+                    ids, attn, labels = _batch([data[j] for j in idx], tok.pad_token_id)
+                    # the schedule holds at a phase's last step while that phase goes on past it
+                    at = min(p.taken, planned - 1)
+                    lr = lr_at(at if is_short else cfg.short_steps + at, cfg)
+                    for g in opt.param_groups:
+                        g["lr"] = lr
+                    loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+                    opt.zero_grad(set_to_none=True)
+                    loss.backward()
+                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+                    opt.step()
+                    p.losses.append(loss.item())
+                    p.taken += 1
+                    row = {"step": len(p.losses), "sft/loss": p.losses[-1], "sft/lr": lr,
+                           "sft/phase": "short" if is_short else "full"}
+                    periodic = bool(cfg.check_every) and not is_short and p.taken % cfg.check_every == 0
+                    if valid and periodic:
+                        row["sft/p_valid"] = mean_p_reference(model, valid, check_params)
+                        p.met = _sft_ends(row["sft/p_valid"], len(p.losses), cfg)
+                        if p.met:  # the bar ends full: the schedule's length was a plan, not a promise
+                            bar.total = len(p.losses)
+                    tail_in = without_tail is not None and not p.tail_left
+                    if checks and not is_short and _p_long_due(periodic, tail_in, p.met, p.taken, planned,
+                                                               len(p.losses), cfg):
+                        row["sft/p_long"] = mean_p_reference(model, checks, check_params)
+                        if tail_in and _tail_leaves(row["sft/p_long"], len(p.losses), cfg):
+                            p.tail_left, data, p.order = True, without_tail, []  # a new epoch over the others
+                            batches = bucket_batches([len(a) + len(b) for a, b in data], cfg.batch_tokens,
+                                                     cfg.batch_size)
+                    log.write(json.dumps({**row, "timing_s/elapsed": time.time() - t0}) + "\n")
+                    bar.set_postfix(loss=f"{p.losses[-1]:.3g}")
+                    bar.update()
+                    if stop.requested or (cfg.save_every and len(p.losses) % cfg.save_every == 0):
+                        _save(out, log, model, opt, gen, p, bar, t0)
+                    if stop.requested:
+                        say(f"sft: stopped by a signal after step {len(p.losses)}; its state is saved in "
+                            f"{out / STATE_FILE}")
+                        raise SFTStopped(out, len(p.losses))
+            _save(out, log, model, opt, gen, p, bar, t0)  # a kill while the model is written redoes no step
+    finally:
+        stop.restore()
+    model_dir = out / "model"
+    model.save_pretrained(model_dir, safe_serialization=True)
+    tok.save_pretrained(model_dir)
+    _plot_loss(p.losses, out / "loss.png")
+    drop_state(out)
+    return model_dir
+
+
+class SFTStopped(KeyboardInterrupt):
+    """A signal stopped the SFT after a step, whose state is saved in `folder`: the same SFT continues from it."""
+
+    def __init__(self, folder: Path, step: int) -> None:
+        super().__init__(f"SFT stopped after step {step}; its state is in {folder / STATE_FILE}")
+        self.folder, self.step = folder, step
+
+
+def _examples(tok, cfg: SFTConfig) -> tuple[list[tuple], list, list]:
+    """The SFT's phases, each (examples, planned steps, the short phase?, the examples once the tail leaves: None
+    without a tail to leave), and the validation problems of its checks (`sft/p_long`, `sft/p_valid`)."""
     full = sft_sequences(tok, cfg.num_examples, cfg.seed, cfg.max_size, cfg.task, cfg.alpha, cfg.max_response_tokens,
                          cfg.uniform)
     tail = tail_sequences(tok, round(cfg.tail * cfg.num_examples), cfg.seed, cfg.max_size + 1,
                           cfg.tail_max_size) if cfg.tail else []
     heads = head_sequences(tok, round(cfg.heads * cfg.num_examples), cfg.seed, cfg.head_max_size or cfg.max_size,
                            cfg.head_lines) if cfg.heads else []
-    # (examples, planned steps, the short phase?, the examples once `sft.tail_until_p_long` is met)
-    phases = [(full + tail + heads, cfg.steps - cfg.short_steps, False, full + heads)]
+    phases = [(full + tail + heads, cfg.steps - cfg.short_steps, False, full + heads if tail else None)]
     if cfg.short_steps:  # the curriculum's first phase: short problems only
         short = sft_sequences(tok, cfg.num_examples, cfg.seed, min(cfg.short_max_size, cfg.max_size), cfg.task,
                               cfg.alpha, cfg.max_response_tokens, cfg.uniform)
         phases.insert(0, (short + heads, cfg.short_steps, True, None))
     checks = check_sequences(tok, cfg) if cfg.check_every and cfg.task == BuiltinTask.ODOMETER.value else []
     valid = valid_sequences(tok, cfg) if cfg.until_p is not None else []
-    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
-    gen = torch.Generator().manual_seed(cfg.seed)
-    model.train()
-    losses: list[float] = []
-    met = False  # a check met `sft.until_p`: the SFT ends there
-    t0 = time.time()
-    with open(out / "metrics.jsonl", "w") as log, tqdm(total=cfg.steps, desc="sft", disable=not progress) as bar:
-        for data, planned, is_short, without_tail in phases:
-            batches = bucket_batches([len(p) + len(r) for p, r in data], cfg.batch_tokens, cfg.batch_size)
-            order: list[int] = []  # each phase's first epoch over the buckets starts with it
-            taken = 0
-            tail_in = bool(tail)  # until a check meets `sft.tail_until_p_long`
-            while not met and (taken < planned or (_short_phase_goes_on(losses, taken, cfg, bar) if is_short
-                                                   else _full_phase_goes_on(len(losses), taken, planned, cfg, bar))):
-                if cfg.bucketed:
-                    if not order:  # a new epoch over the buckets, in random order
-                        order = torch.randperm(len(batches), generator=gen).tolist()
-                    idx = batches[order.pop()]
-                else:
-                    idx = torch.randint(len(data), (cfg.batch_size,), generator=gen).tolist()
-                ids, attn, labels = _batch([data[i] for i in idx], tok.pad_token_id)
-                # the schedule holds at a phase's last step while that phase goes on past it
-                lr = lr_at(min(taken, planned - 1) if is_short else cfg.short_steps + min(taken, planned - 1), cfg)
-                for g in opt.param_groups:
-                    g["lr"] = lr
-                loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                opt.step()
-                losses.append(loss.item())
-                taken += 1
-                row = {"step": len(losses), "sft/loss": losses[-1], "sft/lr": lr,
-                       "sft/phase": "short" if is_short else "full"}
-                periodic = bool(cfg.check_every) and not is_short and taken % cfg.check_every == 0
-                if valid and periodic:
-                    row["sft/p_valid"] = mean_p_reference(model, valid, check_params)
-                    met = _sft_ends(row["sft/p_valid"], len(losses), cfg)
-                    if met:  # the bar ends full: the schedule's length was a plan, not a promise
-                        bar.total = len(losses)
-                if checks and not is_short and _p_long_due(periodic, tail_in, met, taken, planned, len(losses), cfg):
-                    row["sft/p_long"] = mean_p_reference(model, checks, check_params)
-                    if tail_in and _tail_leaves(row["sft/p_long"], len(losses), cfg):
-                        tail_in, data, order = False, without_tail, []  # a new epoch over the other examples
-                        batches = bucket_batches([len(p) + len(r) for p, r in data], cfg.batch_tokens,
-                                                 cfg.batch_size)
-                log.write(json.dumps({**row, "timing_s/elapsed": time.time() - t0}) + "\n")
-                bar.set_postfix(loss=f"{losses[-1]:.3g}")
-                bar.update()
-    model_dir = out / "model"
-    model.save_pretrained(model_dir, safe_serialization=True)
-    tok.save_pretrained(model_dir)
-    _plot_loss(losses, out / "loss.png")
-    return model_dir
+    return phases, checks, valid
+
+
+def _start(out: Path, settings: dict, model, opt, gen, cfg: SFTConfig) -> SFTProgress:
+    """The progress the SFT in `out` starts from: a fresh one (its settings recorded, metrics.jsonl emptied), or,
+    when `out` holds the saved state of an SFT with the same settings, that state (restored into `model`, `opt` and
+    `gen`; metrics.jsonl cut back to its steps). A state saved under other settings is refused, never overwritten."""
+    if has_state(out):
+        changes = settings_changes(out, settings)
+        if changes != []:
+            which = f"other settings ({'; '.join(changes)})" if changes else "settings it does not record"
+            raise SFTStateError(f"{out} holds the saved state of an SFT with {which}: continue it with its "
+                                "settings, or choose another folder")
+        p = load_state(out, model, opt, gen)
+        _keep_lines(out / METRICS_FILE, len(p.losses))
+        say(f"sft: continuing the interrupted SFT in {out} after its step {len(p.losses)} "
+            f"(saved in {out / STATE_FILE})")
+        return p
+    record_settings(out, settings)
+    (out / METRICS_FILE).write_text("")
+    return SFTProgress(planned=cfg.steps)
+
+
+def _save(out: Path, log, model, opt, gen, p: SFTProgress, bar, t0: float) -> None:
+    """Save the SFT's state after its last step, once the metrics of that step are on disk."""
+    log.flush()
+    p.planned, p.elapsed_s = bar.total, time.time() - t0
+    save_state(out, model, opt, gen, p)
+
+
+def _keep_lines(path: Path, n: int) -> None:
+    """Cut `path` back to its first `n` lines: the steps after a saved state were lost with the process."""
+    lines = path.read_text().splitlines(keepends=True) if path.exists() else []
+    if len(lines) < n:
+        raise SFTStateError(f"{path} holds {len(lines)} steps, fewer than the {n} of the saved state beside it")
+    path.write_text("".join(lines[:n]))
 
 
 def sft_run_model(run_dir: str | Path) -> Path | None:

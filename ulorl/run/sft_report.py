@@ -27,21 +27,26 @@ from ulorl.rollout.engines.registry import build_engine
 from ulorl.run.console import say
 from ulorl.run.session import set_aside_earlier_run
 from ulorl.run.sft import run_sft, sft_outcome
+from ulorl.run.sft_state import SETTINGS_FILE, STATE_FILE, has_state, settings_changes
 
 
 # what `ulorl sft` writes into its folder (`cmd_sft`: config.yaml; `run_sft`: the rest)
-SFT_OUTPUTS = ("model", "metrics.jsonl", "loss.png", "sft_report.json", "config.yaml")
+SFT_OUTPUTS = ("model", "metrics.jsonl", "loss.png", "sft_report.json", "config.yaml", SETTINGS_FILE, STATE_FILE)
 # what only a `ulorl train` run leaves in its folder
 TRAIN_OUTPUTS = ("checkpoints", "summary.json", "samples.jsonl")
 
 
-def prepare_sft_dir(run_dir: Path) -> None:
-    """Make `run_dir` ready for a `ulorl sft`: an earlier SFT's outputs are moved aside (never overwritten), and a
-    folder that holds a `ulorl train` run is refused (the SFT would overwrite its config.yaml and metrics.jsonl)."""
+def prepare_sft_dir(run_dir: Path, settings: dict) -> None:
+    """Make `run_dir` ready for a `ulorl sft` whose settings are `settings` (`sft_settings`): an SFT interrupted
+    there under the same settings stays, to be continued; an earlier SFT's outputs are moved aside (never
+    overwritten); a folder that holds a `ulorl train` run is refused (the SFT would overwrite its config.yaml and
+    metrics.jsonl)."""
     train_run = [n for n in TRAIN_OUTPUTS if (run_dir / n).exists()]
     if train_run:
         raise UlorlError(f"{run_dir} holds a `ulorl train` run ({', '.join(train_run)}): an SFT there would "
                          f"overwrite its config.yaml and metrics.jsonl; choose another --output-dir")
+    if has_state(run_dir) and settings_changes(run_dir, settings) == []:
+        return
     set_aside_earlier_run(run_dir, SFT_OUTPUTS, "SFT")
 
 

@@ -136,17 +136,20 @@ def test_resume_auto_without_a_complete_checkpoint_starts_from_the_beginning(eos
     run = tmp_path / "run"
     (run / "checkpoints" / "step_000001.tmp-999" / "model").mkdir(parents=True)  # killed during its first save
     (run / "checkpoints" / "step_000001.tmp-999" / "state.json").write_text("{")
-    (run / "warm_start.tmp-999").mkdir()  # and before that, during the SFT warm start
+    (run / "warm_start.partial").mkdir()  # and before that, during the SFT warm start, before its first save
+    (run / "warm_start.partial" / "metrics.jsonl").write_text('{"step": 1, "sft/loss": 9.0}\n')
     (run / "samples.jsonl").write_text('{"sample_id": "g0/0", "step": 1, "status": "trained"}\n')
     (run / "metrics.jsonl").write_text('{"step": 1, "x": 1.0}\n')
     sft = ["model.warm_start=sft", "sft.steps=2", "sft.batch_size=4", "sft.num_examples=16", "sft.warmup_steps=0"]
     summary = train(R.config(eos_model, "train.steps=1", *sft), run, resume="auto")
     out = capsys.readouterr().out
     assert "no complete checkpoint" in out and "starting from the beginning" in out
-    assert "step_000001.tmp-999" in out and "interrupted SFT warm start" in out
+    assert "step_000001.tmp-999" in out and "continuing the interrupted SFT" not in out  # no state: started over
     assert summary["steps"] == 1
     assert summary["phase_s"]["warm_start"] > 0  # the SFT ran in this process
-    assert not (run / "warm_start.tmp-999").exists() and (run / "warm_start" / "model" / "config.json").exists()
+    assert not (run / "warm_start.partial").exists() and (run / "warm_start" / "model" / "config.json").exists()
+    assert [json.loads(line)["step"] for line in (run / "warm_start" / "metrics.jsonl").read_text().splitlines()] \
+        == [1, 2] and not (run / "warm_start" / "sft_state.pt").exists()
     assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["latest", "step_000001"]
     assert [m["step"] for m in R.metrics(run)] == [1] and "x" not in R.metrics(run)[0]
     assert {r["step"] for r in R.samples(run, None)} == {1} and len(R.samples(run)) == 4

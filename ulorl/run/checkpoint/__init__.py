@@ -50,7 +50,8 @@ from ulorl.durable import atomic_write_text
 from ulorl.run.checkpoint.atomic import make_run_dir
 from ulorl.run.checkpoint.find import (check_run_state, existing_checkpoints, find_resumable, load_checkpoint,
                                       resolve_resume_path, verify_checkpoint)
-from ulorl.run.checkpoint.resume import ResumeDecision, commit_resumed, compare_configs, decide_resume
+from ulorl.run.checkpoint.resume import (ResumeDecision, commit_resumed, compare_configs, decide_resume,
+                                        resume_command)
 from ulorl.run.checkpoint.state import POOL_KEYS, STATE_KEYS, save_fingerprint, set_rng_state
 from ulorl.run.checkpoint.store import (CHECKPOINTS, CRASH_HOOK_ENV, CRASH_PHASES, LATEST, MANIFEST, CheckpointError,
                                        incomplete_saves, read_latest, save_checkpoint, set_latest, step_dir, step_of)
@@ -58,5 +59,6 @@ from ulorl.run.checkpoint.store import (CHECKPOINTS, CRASH_HOOK_ENV, CRASH_PHASE
 __all__ = ["CHECKPOINTS", "CRASH_HOOK_ENV", "CRASH_PHASES", "LATEST", "MANIFEST", "POOL_KEYS", "STATE_KEYS",
            "CheckpointError", "ResumeDecision", "atomic_write_text", "check_run_state", "commit_resumed",
            "compare_configs", "decide_resume", "existing_checkpoints", "find_resumable", "incomplete_saves",
-           "load_checkpoint", "make_run_dir", "read_latest", "resolve_resume_path", "save_checkpoint",
-           "save_fingerprint", "set_latest", "set_rng_state", "step_dir", "step_of", "verify_checkpoint"]
+           "load_checkpoint", "make_run_dir", "read_latest", "resolve_resume_path", "resume_command",
+           "save_checkpoint", "save_fingerprint", "set_latest", "set_rng_state", "step_dir", "step_of",
+           "verify_checkpoint"]

@@ -44,6 +44,12 @@ def compare_configs(saved: dict, current: dict) -> tuple[list[str], list[str], l
     return bad, ok, other
 
 
+def resume_command(run_dir) -> str:
+    """The command that resumes the run in `run_dir` as it was configured: its own config.yaml (every setting,
+    the command line's overrides included), so a run started with overrides resumes without repeating them."""
+    return f"ulorl train --config {Path(run_dir) / 'config.yaml'} --resume auto --output-dir {run_dir}"
+
+
 # -- the resume decision ---------------------------------------------------------------------------
 @dataclass
 class ResumeDecision:
