@@ -167,3 +167,31 @@ def test_train_continues_an_interrupted_warm_start_and_remakes_one_of_other_sett
     aside = sorted(p for p in run.iterdir() if p.name.startswith("earlier-") and (p / "warm_start").exists())
     assert len(aside) == 1 and len(_rows(aside[0] / "warm_start")) == 4 and len(_rows(run / "warm_start")) == 3
     assert json.loads((run / "warm_start" / SETTINGS_FILE).read_text())["sft"]["steps"] == 3
+
+
+def test_sft_command_interrupted_in_its_evaluation_evaluates_the_trained_model_again(tmp_path, tiny_model_dir, capsys,
+                                                                                    monkeypatch):
+    from ulorl.run import sft_report
+
+    args = ["-o", str(tmp_path / "sft"), f"model.path={tiny_model_dir}", "logging.progress=false", *SMALL_SFT,
+            "data.eval_size=2", "eval.k=1", "eval.pass_k=[1]", "eval.max_new_tokens=4"]
+    real = sft_report.evaluate_model
+
+    def interrupted(*a, **k):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(sft_report, "evaluate_model", interrupted)
+    assert main(["sft", *args]) == 130
+    trained = (tmp_path / "sft" / "metrics.jsonl").read_text()
+    weights = (tmp_path / "sft" / "model" / "model.safetensors").read_bytes()
+    monkeypatch.setattr(sft_report, "evaluate_model", real)
+    capsys.readouterr()
+    assert main(["sft", *args]) == 0
+    out = capsys.readouterr().out
+    assert f"the SFT in {tmp_path / 'sft'} is done and its report is not: its model is evaluated" in out
+    assert "earlier-" not in out and "continuing" not in out  # nothing moved aside, no step trained again
+    assert (tmp_path / "sft" / "metrics.jsonl").read_text() == trained
+    assert (tmp_path / "sft" / "model" / "model.safetensors").read_bytes() == weights
+    assert json.loads((tmp_path / "sft" / "sft_report.json").read_text())["eval"]["num_problems"] == 2
+    assert main(["sft", *args]) == 0  # a finished SFT with its report: the next one starts over, the first kept
+    assert "starting over: the earlier SFT's model" in capsys.readouterr().out

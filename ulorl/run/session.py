@@ -55,7 +55,7 @@ from ulorl.run.prefilter import FILE as PREFILTER_FILE
 from ulorl.run.prefilter import apply_prefilter
 from ulorl.run.samples_log import SampleLog
 from ulorl.run.sft import SFTStopped, run_sft
-from ulorl.run.sft_state import has_state, settings_changes, sft_settings
+from ulorl.run.sft_state import finished, model_written, settings_changes, sft_settings
 
 
 def use_train_threads(cfg: RunConfig) -> None:
@@ -163,7 +163,7 @@ def prepare_model(cfg: RunConfig, run_dir: Path) -> tuple[str, float | None]:
         return cfg.model.path, None
     done, partial = run_dir / WARM_START, run_dir / f"{WARM_START}.partial"
     settings = sft_settings(cfg.model, cfg.sft, cfg.eval.sampling())
-    if _model_written(done / "model"):
+    if model_written(done / "model"):
         changes = settings_changes(done, settings)
         if not changes:
             unrecorded = " (its settings are not recorded: it is taken as it is)" if changes is None else ""
@@ -175,7 +175,7 @@ def prepare_model(cfg: RunConfig, run_dir: Path) -> tuple[str, float | None]:
         say(f"the interrupted SFT warm start in {partial} has other settings: it is started over")
         set_aside_earlier_run(run_dir, (partial.name,))
     started = time.perf_counter()
-    if not (_model_written(partial / "model") and not has_state(partial)):  # else written, not yet renamed
+    if not finished(partial):  # else written, not yet renamed
         # the data the RL will load and what its engine checks at start, before the minutes of SFT
         check_engine_fits(cfg, check_data(cfg)["train"])
         say(f"SFT warm start ({cfg.sft.length_text}) -> {done}")
@@ -186,11 +186,6 @@ def prepare_model(cfg: RunConfig, run_dir: Path) -> tuple[str, float | None]:
             raise
     replace_path(partial, done)
     return str(done / "model"), time.perf_counter() - started
-
-
-def _model_written(folder: Path) -> bool:
-    """Whether `folder` holds a saved model (its config and weights), as `run_sft` writes it last."""
-    return (folder / "config.json").is_file() and (folder / "model.safetensors").is_file()
 
 
 # what a run writes into its folder; a fresh start moves an earlier run's copies aside (never truncates them).

@@ -27,11 +27,12 @@ from ulorl.rollout.engines.registry import build_engine
 from ulorl.run.console import say
 from ulorl.run.session import set_aside_earlier_run
 from ulorl.run.sft import run_sft, sft_outcome
-from ulorl.run.sft_state import SETTINGS_FILE, STATE_FILE, has_state, settings_changes
+from ulorl.run.sft_state import SETTINGS_FILE, STATE_FILE, finished, has_state, settings_changes, sft_settings
 
 
 # what `ulorl sft` writes into its folder (`cmd_sft`: config.yaml; `run_sft`: the rest)
-SFT_OUTPUTS = ("model", "metrics.jsonl", "loss.png", "sft_report.json", "config.yaml", SETTINGS_FILE, STATE_FILE)
+REPORT_FILE = "sft_report.json"
+SFT_OUTPUTS = ("model", "metrics.jsonl", "loss.png", REPORT_FILE, "config.yaml", SETTINGS_FILE, STATE_FILE)
 # what only a `ulorl train` run leaves in its folder
 TRAIN_OUTPUTS = ("checkpoints", "summary.json", "samples.jsonl")
 
@@ -45,9 +46,16 @@ def prepare_sft_dir(run_dir: Path, settings: dict) -> None:
     if train_run:
         raise UlorlError(f"{run_dir} holds a `ulorl train` run ({', '.join(train_run)}): an SFT there would "
                          f"overwrite its config.yaml and metrics.jsonl; choose another --output-dir")
-    if has_state(run_dir) and settings_changes(run_dir, settings) == []:
+    if _continues(run_dir, settings):
         return
     set_aside_earlier_run(run_dir, SFT_OUTPUTS, "SFT")
+
+
+def _continues(run_dir: Path, settings: dict) -> bool:
+    """Whether `run_dir` holds an SFT of `settings` that was interrupted: in its training (its saved state), or
+    after it, before its report was written."""
+    undone = has_state(run_dir) or (finished(run_dir) and not (run_dir / REPORT_FILE).exists())
+    return undone and settings_changes(run_dir, settings) == []
 
 
 def evaluate_model(cfg: RunConfig, model_path: str, progress: bool = True) -> dict:
@@ -74,13 +82,18 @@ def evaluate_model(cfg: RunConfig, model_path: str, progress: bool = True) -> di
 
 def sft_and_report(cfg: RunConfig, run_dir: str | Path) -> dict:
     run_dir = Path(run_dir)
-    model_dir = run_sft(cfg.model, cfg.sft, run_dir, progress=cfg.logging.progress, check_params=cfg.eval.sampling())
+    if _continues(run_dir, sft_settings(cfg.model, cfg.sft, cfg.eval.sampling())) and finished(run_dir):
+        say(f"the SFT in {run_dir} is done and its report is not: its model is evaluated")
+        model_dir = run_dir / "model"
+    else:
+        model_dir = run_sft(cfg.model, cfg.sft, run_dir, progress=cfg.logging.progress,
+                            check_params=cfg.eval.sampling())
     report = {"model": str(model_dir), "sft": sft_outcome(run_dir), "eval": None}
     if cfg.data.eval:
         report["eval"] = evaluate_model(cfg, str(model_dir), cfg.logging.progress)
     else:
         say("data.eval is null: the warm start is not evaluated")
-    atomic_write_text(run_dir / "sft_report.json", json_text(report, indent=1))
+    atomic_write_text(run_dir / REPORT_FILE, json_text(report, indent=1))
     return report
 
 

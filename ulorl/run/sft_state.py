@@ -86,6 +86,16 @@ def has_state(folder: Path) -> bool:
     return (Path(folder) / STATE_FILE).is_file()
 
 
+def model_written(folder: Path) -> bool:
+    """Whether `folder` holds a saved model (its config and weights)."""
+    return (Path(folder) / "config.json").is_file() and (Path(folder) / "model.safetensors").is_file()
+
+
+def finished(folder: Path) -> bool:
+    """Whether the SFT in `folder` is done: its model is written and its state deleted (`run_sft` does both last)."""
+    return model_written(Path(folder) / "model") and not has_state(folder)
+
+
 def save_state(folder: Path, model, opt: torch.optim.Optimizer, gen: torch.Generator, progress: SFTProgress) -> None:
     """Write the SFT's state to `folder/sft_state.pt` by an atomic rename, fsynced first."""
     state = {"model": model.state_dict(), "optimizer": opt.state_dict(), "generator": gen.get_state(),
