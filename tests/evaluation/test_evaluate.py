@@ -125,6 +125,59 @@ def test_evaluate_end_to_end_tiny_model(tiny):
     assert 1 <= s["response_length/mean"] <= s["response_length/max"] <= 6
 
 
+def test_finished_responses_without_a_computed_reward_are_counted_and_named(tiny):
+    """A score function that says which responses have no reward (`RewardManager.score_detailed`): they count as
+    not correct, `reward_failed` counts them (finished responses only: a truncated one is never scored), and the
+    note names the first reason."""
+    from ulorl.evaluation import reward_failure_note
+    from ulorl.reward.manager import RewardScores
+
+    _, tok = tiny
+    p0 = PromptRecord(10, [1, 2], "p0", "3", "a")
+    script = {(1, 2): [out(tok, "answer 3"), out(tok, "answer 3"), out(tok, "answer 3", eos=False), out(tok, "x")]}
+    seen = []
+
+    def score(responses, gts, sources, extra_infos):
+        seen.append(len(responses))
+        return RewardScores([1.0, 0.0, 0.0], [None, "f: error: KeyError: 'x'", "timeout: f ran past 1 s"])
+
+    res = evaluate(ScriptedEngine(script), tok, [p0], EvalConfig(k=4, pass_k=[1], max_new_tokens=8), score,
+                   progress=False)
+    assert seen == [3] and res.summary["avg@k"] == 0.25 and res.summary["reward_failed"] == 2
+    assert reward_failure_note(res) == ("warning: eval: 2 of the 3 finished responses have no reward, counted as "
+                                        "not correct (their reward function failed or timed out); the first: f: "
+                                        "error: KeyError: 'x'")
+    plain = evaluate(ScriptedEngine(script), tok, [p0], EvalConfig(k=4, pass_k=[1], max_new_tokens=8),
+                     lambda r, g, s, extra_infos: [1.0, 0.0, 0.0], progress=False)  # a list of floats: none failed
+    assert plain.summary["reward_failed"] == 0 and reward_failure_note(plain) is None
+
+
+def test_run_eval_cli_says_when_a_reward_function_fails(tiny, tmp_path, capsys, monkeypatch):
+    import ulorl.evaluation.evaluator as evaluator
+
+    path, _ = tiny
+    fn = tmp_path / "rewards.py"
+    fn.write_text("def broken(data_source, solution_str, ground_truth, extra_info=None):\n"
+                  "    raise KeyError('x')\n")
+    data = tmp_path / "set.jsonl"
+    data.write_text("".join(json.dumps({"prompt": f"chain start {i} add 1 steps 1", "answer": str(i + 1)}) + "\n"
+                            for i in range(3)))
+    real = evaluator.sample_groups
+
+    def finished(*a, **k):  # every response ends with EOS, so each is scored
+        return [[GenerationOutput(tokens=o.tokens[:1] + [0], logprobs=[0.0, 0.0], eos=True) for o in g]
+                for g in real(*a, **k)]
+
+    monkeypatch.setattr(evaluator, "sample_groups", finished)
+    argv = ["--model", str(path), "--data", str(data), "--k", "2", "--max-new-tokens", "1", "--output",
+            str(tmp_path / "out"), "--reward", f"fn={fn}:broken", "num_workers=1"]
+    assert run_eval(add_eval_arguments(argparse.ArgumentParser()).parse_args(argv)) == 0
+    assert "warning: set.jsonl: 6 of the 6 finished responses have no reward, counted as not correct (their reward " \
+           "function failed or timed out); the first: broken: error: KeyError: 'x'" in capsys.readouterr().out
+    summary = json.loads((tmp_path / "out" / "results.json").read_text())["datasets"]["set.jsonl"]["summary"]
+    assert summary["reward_failed"] == 6 and summary["avg@k"] == 0.0
+
+
 def test_run_eval_cli_writes_results_and_report(tiny, tmp_path):
     path, _ = tiny
     data = tmp_path / "set.jsonl"

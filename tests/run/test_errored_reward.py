@@ -14,6 +14,7 @@ import json
 import textwrap
 
 from ulorl.api import Trainer, make_config
+from ulorl.cli import main
 from ulorl.reward import RewardManager
 from ulorl.config import RewardConfig
 
@@ -33,7 +34,7 @@ def fussy(data_source, solution_str, ground_truth, extra_info=None):
     return float(len(solution_str) % 2)
 
 
-def test_a_group_with_a_raising_reward_is_dropped_not_trained(tmp_path):
+def test_a_group_with_a_raising_reward_is_dropped_not_trained(tmp_path, capsys):
     run = tmp_path / "run"
     rows = [{"prompt": f"add {i} {i}", "answer": str(2 * i)} for i in range(30)]
     summary = Trainer(make_config(None, {**TINY, "train.steps": 4}), reward_funcs=fussy, train_dataset=rows,
@@ -59,6 +60,12 @@ def test_a_group_with_a_raising_reward_is_dropped_not_trained(tmp_path):
     metrics = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
     assert sum(m["rollout/reward_failed_groups"] for m in metrics) == len(failed_groups)
     assert sum(m["rewards/fussy/errors"] for m in metrics) == sum(raises_on(s["response"]) for s in samples)
+    # `ulorl show` says which samples have no reward, and why, instead of a reward of 0
+    failed = next(s for s in samples if "reward_failure" in s)
+    assert main(["show", str(run), "--step", str(failed["step"]), "--limit", "0", "--chars", "0"]) == 0
+    shown = capsys.readouterr().out
+    assert f"  {failed['sample_id']}  reward none (fussy: error: ValueError: cannot score this one" in shown
+    assert "dropped (reward_failed)  rewards [" in shown and "none" in shown.split("rewards [", 1)[1].split("]")[0]
 
 
 def test_a_user_function_past_its_deadline_has_no_reward(tmp_path, monkeypatch):

@@ -71,9 +71,37 @@ def test_all_right_gets_the_too_easy_hint(tmp_path):
         s.close()
 
 
+class FailingReward(ConstantReward):
+    """A reward function that raises on every sample: no reward is computed (as `RewardManager.score_detailed` says
+    under `reward.max_error_frac=1.0`)."""
+
+    def score_detailed(self, responses, *args, **kwargs):
+        from ulorl.reward import RewardScores
+
+        return RewardScores([0.0] * len(responses), ["mine: error: KeyError: 'x'"] * len(responses))
+
+
+def test_a_reward_that_never_computes_stalls_with_a_hint_naming_it(tmp_path, capsys):
+    s = session(tmp_path, FailingReward(0.0), ["train.max_stall_rounds=2", "algo.dynamic_sampling=false"])
+    try:
+        with pytest.raises(StallError) as e:
+            train_step(s)
+    finally:
+        s.close()
+    n = len(json.loads((tmp_path / "run" / "stall_report.json").read_text())["problems"])
+    assert f"Hint: {n} of {n} groups hold samples without a reward ({2 * n} samples: the reward function failed " \
+           "or ran past reward.timeout_s; the first: mine: error: KeyError: 'x'), and such a group is dropped, " \
+           "never trained: fix the function, or raise reward.timeout_s" in str(e.value)
+    report = json.loads((tmp_path / "run" / "stall_report.json").read_text())
+    assert report["reward_counts"] == {"no reward": 2 * n}  # not 0.0: no reward was computed
+    assert all(p["rewards"] == [None, None] and p["reward_failures"] == ["mine: error: KeyError: 'x'"] * 2
+               for p in report["problems"])
+    assert f"rewards seen: no reward x{2 * n}" in capsys.readouterr().out
+
+
 def _seen(*groups: list[float], admitted: int = 0) -> RoundsSeen:
-    """Groups of the given rewards (none truncated); the first `admitted` of them admitted."""
-    return RoundsSeen([([SimpleNamespace(reward=r, truncated=False) for r in g], i < admitted)
+    """Groups of the given rewards (none truncated, every reward computed); the first `admitted` of them admitted."""
+    return RoundsSeen([([SimpleNamespace(reward=r, truncated=False, reward_failure=None) for r in g], i < admitted)
                        for i, g in enumerate(groups)])
 
 

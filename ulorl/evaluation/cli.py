@@ -19,7 +19,7 @@ from ulorl.config.rollout import TorchEngineConfig
 from ulorl.config.train import CPU_NUMERICS
 from ulorl.data.loaders import load_source
 from ulorl.errors import ConfigError, check_choice
-from ulorl.evaluation.evaluator import EvalResult, evaluate
+from ulorl.evaluation.evaluator import EvalResult, evaluate, reward_failure_note
 from ulorl.evaluation.reference import reference_means, referenced_rows, score_eval_references
 from ulorl.logging.base import json_text
 from ulorl.reward.cli_args import add_reward_arguments, reward_config_from_args
@@ -341,7 +341,9 @@ def run_eval(args: argparse.Namespace) -> int:
     try:
         with RewardManager(reward_cfg) as rm:
             for name, records in sets.items():
-                results[name] = evaluate(engine, tokenizer, records, cfg, rm.score, name=name)
+                results[name] = evaluate(engine, tokenizer, records, cfg, rm.score_detailed, name=name)
+                if note := reward_failure_note(results[name]):
+                    print(note)
                 if cfg.reference:
                     add_reference(results[name], model, tokenizer, records, cfg)
                 s = results[name].summary

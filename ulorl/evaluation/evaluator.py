@@ -4,13 +4,16 @@ Protocol (paper, section 4): k samples per problem (32) with temperature 0.85,
 top_p 0.95, top_k 20; avg@k = mean correctness over all samples. A response
 with no EOS within `max_new_tokens` is truncated and scores 0, as in training
 (the paper gives truncated answers reward 0). Response length counts generated
-tokens, EOS included (verl's convention).
+tokens, EOS included (verl's convention). A finished response whose reward was not computed (its function
+raised or timed out) counts as not correct; `reward_failed` counts them, and `reward_failure_note` is the line
+that says so.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -21,8 +24,10 @@ from ulorl.evaluation.groups import sample_groups
 from ulorl.logging.base import json_text
 from ulorl.rollout.engines.base import Engine
 
-# (responses, ground_truths, data_sources, extra_infos=[each row's extra_info]) -> rewards; `RewardManager.score`
-ScoreFn = Callable[..., list[float]]
+# (responses, ground_truths, data_sources, extra_infos=[each row's extra_info]) -> rewards: a list of floats, or
+# an object with `.rewards` and `.uncomputed` (None, or why that response has no reward), as
+# `RewardManager.score_detailed` returns
+ScoreFn = Callable[..., Any]
 SAMPLE_CHARS = 300  # characters of one response kept per problem in the JSON results
 
 
@@ -37,6 +42,8 @@ class EvalResult:
     # problems scored by the exact measure only (`eval.reference_problems` beyond the sampled ones): prompt_id,
     # reference_prob, reference_tokens
     reference_only: list[dict] = field(default_factory=list)
+    # how many finished responses have no computed reward, and why the first has none (None: every one has one)
+    reward_failure: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -90,8 +97,10 @@ def evaluate(
     sources = [p.data_source for p in prompts for _ in range(cfg.k)]
     infos = [p.extra_info for p in prompts for _ in range(cfg.k)]
     done = [i for i, o in enumerate(outs) if o.eos]  # truncated responses score 0 without being verified
-    rewards = score_fn([texts[i] for i in done], [gts[i] for i in done], [sources[i] for i in done],
-                       extra_infos=[infos[i] for i in done]) if done else []
+    scores = score_fn([texts[i] for i in done], [gts[i] for i in done], [sources[i] for i in done],
+                      extra_infos=[infos[i] for i in done]) if done else []
+    rewards = getattr(scores, "rewards", scores)
+    failed = [u for u in getattr(scores, "uncomputed", []) if u is not None]
     if len(rewards) != len(done):
         raise RuntimeError(f"score_fn returned {len(rewards)} rewards for {len(done)} responses")
     flat = np.zeros(len(outs), dtype=bool)
@@ -114,5 +123,13 @@ def evaluate(
         summary[f"pass@{kk}"] = float(np.mean([pass_at_k(cfg.k, pp["correct"], kk) for pp in per_problem]))
     summary.update(length_stats(lengths))
     summary["truncation_rate"] = float(truncated.mean())
+    summary["reward_failed"] = len(failed)
     config = asdict(cfg) | {"num_problems": len(prompts)}
-    return EvalResult(name=name, summary=summary, per_problem=per_problem, config=config)
+    failure = (f"{len(failed)} of the {len(done)} finished responses have no reward, counted as not correct (their "
+               f"reward function failed or timed out); the first: {failed[0]}") if failed else None
+    return EvalResult(name=name, summary=summary, per_problem=per_problem, config=config, reward_failure=failure)
+
+
+def reward_failure_note(result: EvalResult) -> str | None:
+    """A warning line when some finished responses of `result` have no computed reward (None: every one has)."""
+    return f"warning: {result.name}: {result.reward_failure}" if result.reward_failure else None

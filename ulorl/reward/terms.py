@@ -287,6 +287,6 @@ class ErrorWindow:
             raise RewardFunctionError(
                 f"reward function {self.name!r} failed on {bad} of its last {len(self.recent)} samples "
                 f"(more than reward.max_error_frac={self.max_frac}); in this batch, {batch.describe(first)}: "
-                f"{results[first].error}. Fix the function, or raise reward.max_error_frac (1.0 never stops) to "
-                "score failures as 0"
+                f"{results[first].error}. Fix the function, or raise reward.max_error_frac (1.0 never stops: the "
+                "samples it fails on are dropped, never trained)"
             )

@@ -105,9 +105,11 @@ class RoundsSeen:
     idle_rounds: int = 0  # rounds in a row that completed groups and admitted none
 
     def reward_counts(self) -> str:
-        """`0 x12, 1 x4`: how often each reward was seen, most frequent first."""
-        counts = Counter(t.reward for g, _ in self.groups for t in g)
-        return ", ".join(f"{r:g} x{n}" for r, n in sorted(counts.items(), key=lambda kv: -kv[1])) or "none yet"
+        """`0 x12, 1 x4, no reward x2`: how often each reward was seen, most frequent first (`no reward`: a sample
+        whose reward was not computed)."""
+        counts = Counter("no reward" if t.reward_failure is not None else f"{t.reward:g}"
+                         for g, _ in self.groups for t in g)
+        return ", ".join(f"{r} x{n}" for r, n in sorted(counts.items(), key=lambda kv: -kv[1])) or "none yet"
 
 
 class BatchStalled(RuntimeError):

@@ -200,11 +200,13 @@ def evaluate_policy(session: TrainSession, label: str) -> dict:
 
     The per-problem correct counts are kept in `history["eval_correct"][label]` for paired comparisons; with
     `eval.reference`, the exact P(worked solution) of each problem too (`ulorl.run.held_out`)."""
-    from ulorl.evaluation import evaluate
+    from ulorl.evaluation import evaluate, reward_failure_note
 
     started = time.perf_counter()
     res = evaluate(session.engine, session.tokenizer, session.eval_prompts, session.cfg.eval,
-                   session.reward.score, name=f"held-out {label}", progress=session.cfg.logging.progress)
+                   session.reward.score_detailed, name=f"held-out {label}", progress=session.cfg.logging.progress)
+    if note := reward_failure_note(res):
+        say(note)
     session.history.setdefault("eval_correct", {})[label] = [p["correct"] for p in res.per_problem]
     summary = dict(res.summary)
     if session.cfg.eval.reference:

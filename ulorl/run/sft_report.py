@@ -17,7 +17,7 @@ from ulorl.config import RunConfig
 from ulorl.data import load_prompts
 from ulorl.durable import atomic_write_text
 from ulorl.errors import UlorlError
-from ulorl.evaluation import evaluate
+from ulorl.evaluation import evaluate, reward_failure_note
 from ulorl.evaluation.reference import reference_means, referenced_rows, score_eval_references
 from ulorl.logging.base import json_text
 from ulorl.models import eos_token_ids, load_model, load_tokenizer
@@ -69,7 +69,9 @@ def evaluate_model(cfg: RunConfig, model_path: str, progress: bool = True) -> di
     engine = build_engine(cfg.rollout.engine, model, tok, eos_token_ids(model, tok), torch=cfg.rollout.torch)
     try:
         with RewardManager(cfg.reward) as rm:
-            res = evaluate(engine, tok, rows, ev, rm.score, name="held-out", progress=progress)  # ev.sampled(rows)
+            res = evaluate(engine, tok, rows, ev, rm.score_detailed, name="held-out", progress=progress)
+        if note := reward_failure_note(res):
+            say(note)
     finally:
         close_engine(engine)
     summary = dict(res.summary)

@@ -141,16 +141,19 @@ def format_step(records: list[dict], step: int, status: str = "all", limit: int 
     shown = list(groups.items())[: limit or None]
     for gid, members in shown:
         first = members[0]
-        rewards = [m.get("reward") for m in members]
+        rewards = ["none" if "reward_failure" in m else "?" if m.get("reward") is None else f"{m['reward']:g}"
+                   for m in members]
         reason = f" ({first['reason']})" if first.get("reason") else ""
         lines.append("")
         lines.append(f"group {gid}  prompt {first.get('prompt_id')}  source {first.get('data_source', '?')}  "
                      f"ground truth {first.get('ground_truth', '?')!r}  {first['status']}{reason}  rewards "
-                     f"[{', '.join('?' if x is None else f'{x:g}' for x in rewards)}]")
+                     f"[{', '.join(rewards)}]")
         first_with_text: dict[tuple, str] = {}  # (recorded text, length) -> the first member that wrote it
         for m in members:
             versions = ",".join(str(v) for v in m.get("versions", []))
             reward = "?" if m.get("reward") is None else f"{m['reward']:.3f}"
+            if "reward_failure" in m:  # its function raised or timed out: no reward was computed
+                reward = f"none ({m['reward_failure']})"
             lines.append(f"  {m['sample_id']}  reward {reward}  length {m.get('response_length')}  stop "
                          f"{m.get('stop_reason')}  segments {m.get('num_segments')} (versions {versions})")
             if chars and "response" in m:

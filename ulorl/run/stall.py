@@ -43,7 +43,8 @@ def stall_error(stalled: BatchStalled, run_dir: Path, decode: Callable[[list[int
     seen = stalled.seen
     problems = problem_rows(seen, decode)
     report = {"step": stalled.step, "rounds": stalled.rounds, "idle_rounds": seen.idle_rounds, "why": stalled.why,
-              "reward_counts": dict(Counter(str(t.reward) for g, _ in seen.groups for t in g)),
+              "reward_counts": dict(Counter("no reward" if t.reward_failure is not None else str(t.reward)
+                                            for g, _ in seen.groups for t in g)),
               "problems": problems}
     atomic_write_text(path, json_text(report, indent=1, ensure_ascii=False))
     say(f"step {stalled.step} stalled after {stalled.rounds} rollout rounds: {counted(len(problems), 'group')} "
@@ -64,7 +65,8 @@ def problem_rows(seen: RoundsSeen, decode: Callable[[list[int]], str]) -> list[d
         t = group[0]
         out.append({"group_id": t.group_id, "prompt_id": t.prompt_id, "data_source": t.data_source,
                     "ground_truth": t.ground_truth, "admitted": admitted,
-                    "rewards": [g.reward for g in group],
+                    "rewards": [None if g.reward_failure is not None else g.reward for g in group],
+                    "reward_failures": [g.reward_failure for g in group if g.reward_failure is not None],
                     "truncated": sum(g.truncated for g in group),
                     "prompt": clip_text(decode(t.prompt_tokens), TEXT_CHARS),
                     "response": clip_text(decode(t.response_tokens), TEXT_CHARS)})
@@ -73,6 +75,12 @@ def problem_rows(seen: RoundsSeen, decode: Callable[[list[int]], str]) -> list[d
 
 def hint(seen: RoundsSeen, dynamic_sampling: bool) -> str:
     """The likeliest fix, from the rewards and truncations seen."""
+    failed = [t.reward_failure for g, _ in seen.groups for t in g if t.reward_failure is not None]
+    unscored = sum(any(t.reward_failure is not None for t in g) for g, _ in seen.groups)
+    if unscored and 2 * unscored >= len(seen.groups):
+        return (f"{unscored} of {len(seen.groups)} groups hold samples without a reward ({len(failed)} samples: "
+                f"the reward function failed or ran past reward.timeout_s; the first: {failed[0]}), and such a group "
+                "is dropped, never trained: fix the function, or raise reward.timeout_s")
     rewards = [t.reward for g, _ in seen.groups for t in g]
     truncated = sum(t.truncated for g, _ in seen.groups for t in g)
     if not dynamic_sampling or not rewards:
