@@ -59,10 +59,35 @@ def test_file_path_loads_and_styles_are_detected(user_file):
     with pytest.raises(ValueError, match="cannot tell how to call.*declare"):
         detect_style(load_function(f"{user_file}:ambiguous"))
     assert detect_style(load_function(f"{user_file}:ambiguous"), "verl") is RewardStyle.VERL
-    with pytest.raises(ValueError, match=r"requires \['solution'\].*passes"):
-        check_signature(load_function(f"{user_file}:needs_solution"), RewardStyle.BATCH, "needs_solution")
+    check_signature(load_function(f"{user_file}:needs_solution"), RewardStyle.BATCH, "needs_solution")  # a key
     with pytest.raises(ValueError, match="must accept"):
         check_signature(lambda x: 0.0, RewardStyle.VERL, "one_arg")
+
+
+def test_a_batch_function_takes_its_other_required_parameters_from_every_rows_extra_info(user_file):
+    """TRL passes a dataset's columns; ulorl passes the rows' extra_info keys: a required parameter that is neither
+    a column ulorl passes nor a key of some row is refused when the data is loaded, naming the row."""
+    from types import SimpleNamespace
+
+    from ulorl.reward.registry import batch_needs
+
+    fn = load_function(f"{user_file}:needs_solution")
+    assert batch_needs(fn) == ["solution"] and batch_needs(load_function(f"{user_file}:trl_length")) == []
+    cfg = RewardConfig(fns=[RewardFnConfig("exact"), RewardFnConfig(f"{user_file}:needs_solution")])
+    rows = [SimpleNamespace(prompt_id=i, extra_info={"solution": "s", "index": i}) for i in range(3)]
+    cfg.check_rows(rows, "data.train")  # every row holds it
+    rows[1] = SimpleNamespace(prompt_id=7, extra_info={"index": 7})
+    with pytest.raises(ValueError, match=r"^reward\.fns\[1\]\.fn: reward function 'needs_solution' \(style batch\) "
+                                         r"requires \['solution'\], which ulorl passes from the rows' extra_info keys; "
+                                         r"row 7 of data\.train has none such \(its extra_info keys: \['index'\]\): "
+                                         r"add them to the data, or give those parameters defaults$"):
+        cfg.check_rows(rows, "data.train")
+    with pytest.raises(ValueError, match=r"^reward\.fn: .*row 0 of x\.jsonl .*keys: none\)"):
+        RewardConfig(fn=f"{user_file}:needs_solution").check_rows([SimpleNamespace(prompt_id=0, extra_info=None)],
+                                                                   "x.jsonl")
+    # scored with the key's values, one list per key
+    with RewardManager(RewardConfig(fn=f"{user_file}:needs_solution", num_workers=1)) as rm:
+        assert rm.score(["a", "b"], ["1", "2"], extra_infos=[{"solution": "x"}, {"solution": "y"}]) == [0.0, 0.0]
 
 
 def test_config_checks_import_and_signature_at_construction(user_file):
@@ -72,8 +97,7 @@ def test_config_checks_import_and_signature_at_construction(user_file):
         RewardConfig(fn=f"{user_file}:no_such")
     with pytest.raises(ValueError, match="no such file"):
         RewardConfig(fn="missing_dir/nope.py:f")
-    with pytest.raises(ValueError, match=r"fn: .*requires \['solution'\]"):
-        RewardConfig(fns=[RewardFnConfig(f"{user_file}:needs_solution")])
+    RewardConfig(fns=[RewardFnConfig(f"{user_file}:needs_solution")])  # `solution` comes from the rows' extra_info
     with pytest.raises(ValueError, match="either reward.fn"):
         RewardConfig(fn="exact", fns=[RewardFnConfig("rule")])
     with pytest.raises(ValueError, match="appear twice"):

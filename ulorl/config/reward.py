@@ -18,6 +18,7 @@ import dataclasses
 import math
 import re
 from dataclasses import dataclass, field
+from collections.abc import Sequence
 from typing import Any
 
 from ulorl.config.checks import share
@@ -25,8 +26,8 @@ from ulorl.config.loader import ConfigError, build, check_choice
 from ulorl.reward.extract import EXTRACTORS
 from ulorl.reward.judge import DEFAULT_JUDGE_PROMPT, JudgeMode, check_prompt_template
 from ulorl.reward.overlong import OverlongPolicy
-from ulorl.reward.registry import (BuiltinReward, RewardStyle, check_signature, detect_style, load_function,
-                                  parse_reward_fn)
+from ulorl.reward.registry import (BuiltinReward, RewardStyle, batch_needs, check_signature, detect_style,
+                                  load_function, parse_reward_fn)
 
 __all__ = ["RewardConfig", "RewardFnConfig"]
 
@@ -184,6 +185,26 @@ class RewardConfig:
     def functions(self) -> list[RewardFnConfig]:
         """The reward functions to sum: ``fns``, or ``fn`` alone with weight 1."""
         return list(self.fns) or [RewardFnConfig(fn=self.fn)]
+
+    def check_rows(self, rows: Sequence[Any], source: str) -> None:
+        """Every row of `source` (`PromptRecord`s) holds the `extra_info` keys that a batch function requires
+        (`batch_needs`: parameters ulorl passes from those keys, as TRL passes a dataset's columns); else a
+        `ConfigError` naming the function's key, the parameters and the first row without them."""
+        for i, f in enumerate(self.functions()):
+            if not callable(f.fn) and ":" not in str(f.fn):  # a built-in
+                continue
+            obj = f.fn if callable(f.fn) else load_function(f.fn)
+            if detect_style(obj, f.style, default_name(obj)) is not RewardStyle.BATCH or not batch_needs(obj):
+                continue
+            for row in rows:
+                have = row.extra_info if isinstance(row.extra_info, dict) else {}
+                missing = [k for k in batch_needs(obj) if k not in have]
+                if missing:
+                    raise ConfigError(
+                        f"{f'reward.fns[{i}].fn' if self.fns else 'reward.fn'}: reward function "
+                        f"{default_name(obj)!r} (style batch) requires {missing}, which ulorl passes from the rows' "
+                        f"extra_info keys; row {row.prompt_id} of {source} has none such (its extra_info keys: "
+                        f"{sorted(have) or 'none'}): add them to the data, or give those parameters defaults")
 
     def to_dict(self) -> dict[str, Any]:
         """Plain dict for saving (holds the env var name, never a secret)."""

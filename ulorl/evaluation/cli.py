@@ -322,6 +322,7 @@ def run_eval(args: argparse.Namespace) -> int:
         print(report.summary())
         if cfg.reference:
             referenced_rows(cfg, records, source, "--reference")
+        reward_cfg.check_rows(records, source)
         sets[name] = records
     warning = context_warning(path, sets, cfg.max_new_tokens)
     if warning:

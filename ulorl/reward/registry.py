@@ -48,6 +48,7 @@ __all__ = [
     "BuiltinReward",
     "RewardStyle",
     "UserRewardFn",
+    "batch_needs",
     "call_user_fn",
     "check_signature",
     "detect_style",
@@ -162,8 +163,7 @@ def detect_style(fn: Callable, declared: str | RewardStyle = RewardStyle.AUTO, n
     )
 
 
-def check_signature(fn: Callable, style: RewardStyle, name: str = "",
-                    columns: tuple[str, ...] = BATCH_COLUMNS) -> None:
+def check_signature(fn: Callable, style: RewardStyle, name: str = "") -> None:
     """Raise ``ValueError`` (naming the function and the fix) when ``fn`` cannot take ``style``'s arguments."""
     params = _params(fn)
     if not params and style is RewardStyle.VERL:
@@ -181,19 +181,19 @@ def check_signature(fn: Callable, style: RewardStyle, name: str = "",
                              f"(data_source, solution_str, ground_truth, extra_info): {e}; its signature is "
                              f"{label}{sig}") from None
         return
-    if style is RewardStyle.BATCH:
+    if style is RewardStyle.BATCH:  # a required parameter that is no column: an extra_info key (`batch_needs`)
         has_var_kw = any(p.kind is p.VAR_KEYWORD for p in params)
-        required = [p.name for p in params if p.default is p.empty
-                    and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY)]
-        missing = [r for r in required if r not in columns]
-        if missing:
-            raise ValueError(f"reward function {label!r} (style batch) requires {missing}, which ulorl does not "
-                             f"pass; it passes {list(columns)} (plus extra_info's keys): give those parameters "
-                             "defaults or take **kwargs")
         if not has_var_kw and "completions" not in [p.name for p in params]:
             raise ValueError(f"reward function {label!r} (style batch) must take a 'completions' argument")
         return
     raise ValueError(f"style must be verl or batch after detection, got {style!r}")
+
+
+def batch_needs(fn: Callable, columns: tuple[str, ...] = BATCH_COLUMNS) -> list[str]:
+    """The required parameters of a batch (TRL-style) function that are none of the `columns` ulorl always passes:
+    it gets them from the rows' `extra_info` keys (TRL passes a dataset's columns), so every row must hold them."""
+    return [p.name for p in _params(fn) if p.default is p.empty
+            and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and p.name not in columns]
 
 
 def parse_reward_fn(name: str, *, check_import: bool = True) -> BuiltinReward | UserRewardFn:

@@ -353,6 +353,7 @@ def load_data(cfg: RunConfig, tokenizer, splits: tuple[str, ...] = ("train", "ev
             continue
         loaded[split], report = load_prompts(cfg.data, tokenizer, split)
         show(f"{split} data: {report.summary()}")
+        cfg.reward.check_rows(loaded[split], f"data.{split}")
         if split == "eval" and cfg.eval.reference:
             referenced_rows(cfg.eval, loaded[split], f"data.eval={cfg.data.eval}", "eval.reference=true")
     return loaded
