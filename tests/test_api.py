@@ -118,3 +118,27 @@ def test_reward_functions_receive_the_rows_extra_info(tmp_path):
     Trainer(make_config(None, {**TINY, "train.steps": 2}), reward_funcs=batch, train_dataset=rows,
             eval_dataset=False, output_dir=tmp_path / "run").train()
     assert seen and set(seen) <= {f"t{i}" for i in range(6)}  # before: extra_info never reached the function
+
+
+def test_a_script_without_a_main_guard_gets_one_line_from_the_spawned_learner(tmp_path):
+    """`train.pipeline=overlap` spawns the learner, which imports the script again: a training call at the
+    script's top level runs there too. The child stops with one line naming the fix, and the parent's error says
+    the learner died before it answered (instead of multiprocessing's three tracebacks and an exit code)."""
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "unguarded.py"
+    overrides = {**TINY, "train.steps": 1, "train.pipeline": "overlap"}
+    script.write_text(f"from ulorl.api import Trainer, make_config\n"
+                      f"Trainer(make_config(None, {overrides!r}), output_dir={str(tmp_path / 'run')!r}).train()\n")
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, env=env, timeout=600)
+    assert done.returncode == 1
+    assert ("ulorl: Trainer.train() ran while a child process imported this script again (Python's spawn start "
+            "method does that): put the training code under `if __name__ == \"__main__\":`") in done.stderr
+    assert done.stderr.rstrip().splitlines()[-1] == (
+        "ulorl.learners.process.LearnerProcessError: the learner process ended unexpectedly (exit code 1) before it "
+        "answered once (its own error is printed above; from a script, a training call outside `if __name__ == "
+        "\"__main__\":` does that: the spawned process imports the script again)")
+    assert "bootstrapping phase" not in done.stderr  # multiprocessing's own error never comes

@@ -152,12 +152,26 @@ class Trainer:
         from ulorl.run.checkpoint import CheckpointError
         from ulorl.run.loop import train
 
+        _not_in_spawn_bootstrap()
         check_runnable(self.config)
         try:
             self.summary = train(self.config, self.run_dir, resume=self.resume)
         except CheckpointError as e:  # its hint in this API's words, not the command line's
             raise CheckpointError(_api_words(str(e))) from None
         return self.summary
+
+
+def _not_in_spawn_bootstrap() -> None:
+    """Stop a child process that Python's `spawn` started and that is importing the user's script again (the
+    learner of `train.pipeline=overlap`, the engine processes of `rollout.engine_procs`) when that script calls
+    `train()` at its top level: one line on the child's stderr instead of multiprocessing's three tracebacks
+    (`_inheriting` is the flag multiprocessing's own bootstrapping check reads)."""
+    import multiprocessing
+
+    if getattr(multiprocessing.current_process(), "_inheriting", False):
+        raise SystemExit("ulorl: Trainer.train() ran while a child process imported this script again (Python's "
+                         "spawn start method does that): put the training code under `if __name__ == "
+                         "\"__main__\":`")
 
 
 # the command line's words in a checkpoint error's hint -> `Trainer`'s arguments (longest first)

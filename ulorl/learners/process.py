@@ -64,6 +64,7 @@ class ProcessLearner:
         self._proc.start()
         child.close()
         self._pending = False
+        self._answered = False  # the child has replied to a message
 
     @property
     def pid(self) -> int | None:
@@ -116,9 +117,14 @@ class ProcessLearner:
             if msg is not None:
                 self._conn.send(msg)
             status, value = self._conn.recv()
-        except (EOFError, BrokenPipeError, ConnectionResetError) as e:
+        except (EOFError, BrokenPipeError, ConnectionResetError):
+            self._proc.join(5)  # its exit code, once it is gone
+            starting = "" if self._answered else (
+                " before it answered once (its own error is printed above; from a script, a training call "
+                "outside `if __name__ == \"__main__\":` does that: the spawned process imports the script again)")
             raise LearnerProcessError(f"the learner process ended unexpectedly (exit code {self._proc.exitcode})"
-                                      ) from e
+                                      f"{starting}") from None
+        self._answered = True
         if status == "error":
             raise LearnerProcessError(f"the learner process failed:\n{value}")
         return value
