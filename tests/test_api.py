@@ -142,3 +142,26 @@ def test_a_script_without_a_main_guard_gets_one_line_from_the_spawned_learner(tm
         "answered once (its own error is printed above; from a script, a training call outside `if __name__ == "
         "\"__main__\":` does that: the spawned process imports the script again)")
     assert "bootstrapping phase" not in done.stderr  # multiprocessing's own error never comes
+
+
+def test_trainer_refuses_arguments_it_would_ignore_or_misread(tmp_path):
+    """Each of these was accepted and then ignored, or failed later with a message about something else."""
+    with pytest.raises(ConfigError, match=r"reward_weights=\.\.\.\) weighs reward_funcs: give those functions too"):
+        Trainer(TINY, reward_weights=[3.0], output_dir=tmp_path / "a")
+    with pytest.raises(ConfigError, match=r"eval_dataset=True\) names no data"):
+        Trainer(TINY, eval_dataset=True, output_dir=tmp_path / "b")
+    (tmp_path / "file").write_text("x")
+    with pytest.raises(ConfigError, match=r"output_dir='.*file'\) is a file, not a run folder"):
+        Trainer(TINY, output_dir=tmp_path / "file")
+    with pytest.raises(ConfigError, match=r"sets 'train\.steps' twice \(also in 'train'\); give it once"):
+        make_config(None, {"train.steps": 3, "train": {"steps": 4}})
+    with pytest.raises(ConfigError, match=r"sets 'rollout\.torch\.decode_attention' twice"):
+        make_config(None, {"rollout": {"torch": {"decode_attention": "sdpa"}}, "rollout.torch.decode_attention": "x"})
+    with pytest.raises(ConfigError, match=r"sets 'train\.steps' under a key that another entry sets to a value"):
+        make_config(None, {"train": 5, "train.steps": 3})
+    assert make_config(None, {"train.steps": 3, "train": {"lr": 1e-4}}).train.steps == 3  # two keys, once each
+    from ulorl.run.checkpoint import CheckpointError
+
+    with pytest.raises(CheckpointError, match=r"checkpoint sometimes does not exist \(resume takes auto, never or "
+                                              r"a checkpoint's path\)"):
+        Trainer(TINY, resume="sometimes", output_dir=tmp_path / "c").train()

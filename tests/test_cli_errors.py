@@ -129,6 +129,12 @@ CONFIG_CASES = {
     "a train data file that is not there, before the warm start": (
         lambda t: ["train", "-o", str(t / "run"), "model.warm_start=sft", "sft.steps=1", "logging.progress=false",
                    f"data.train={t / 'missing.jsonl'}"], "train", ["missing.jsonl: no such file or folder"]),
+    "a train data path without an extension that is not there": (
+        lambda t: ["train", "-o", str(t / "run"), "model.warm_start=none", f"data.train={t / 'nope'}"], "train",
+        ["nope: no such file or folder"]),
+    "a clean output named .csv": (
+        lambda t: ["clean", "--input", "builtin:chain", "-o", str(t / "out.csv"), "--steps", "multi_question"],
+        "clean", ["out.csv: CSV is not written; name the output .jsonl or .parquet"]),
     "an eval data file no format reads, before the warm start": (
         lambda t: ["train", "-o", str(t / "run"), "model.warm_start=sft", "sft.steps=1", "logging.progress=false",
                    f"data.eval={_file(t)}"], "train", ["afile: cannot tell the format from the name"]),

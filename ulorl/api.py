@@ -63,10 +63,27 @@ def make_config(preset: str | Path | None = None, overrides: Mapping[str, Any] |
         *parents, leaf = str(key).split(".")
         for p in parents:
             node = node.setdefault(p, {})
+            if not isinstance(node, dict):
+                raise ConfigError(f"make_config(overrides=...) sets {key!r} under a key that another entry sets "
+                                  "to a value")
         node[leaf] = deep_merge(node[leaf], value) if isinstance(value, dict) and isinstance(
             node.get(leaf), dict) else value
+    for key in overrides:  # `{"train.steps": 3, "train": {"steps": 4}}`: one key given twice, two values
+        twice = [k for k in overrides if k != key and _sets(k, overrides[k], str(key))]
+        if twice:
+            raise ConfigError(f"make_config(overrides=...) sets {key!r} twice (also in {twice[0]!r}); give it once")
     base = to_dict(load_run_config(preset)) if preset is not None else {}
     return build(RunConfig, deep_merge(base, nested))
+
+
+def _sets(key: str, value: Any, dotted: str) -> bool:
+    """Whether the override `key: value` (dotted or nested) sets the dotted key `dotted`."""
+    if key == dotted:
+        return True
+    if not dotted.startswith(f"{key}.") or not isinstance(value, Mapping):
+        return False
+    head, _, rest = dotted[len(key) + 1:].partition(".")
+    return head in value and (not rest or _sets(head, value[head], f"{head}.{rest}"))
 
 
 class Trainer:
@@ -91,7 +108,10 @@ class Trainer:
                  reward_weights: Sequence[float] | None = None, train_dataset: Dataset | None = None,
                  eval_dataset: Dataset | bool | None = None, output_dir: str | Path | None = None,
                  resume: str | None = None) -> None:
-        _check_types(config, output_dir, resume, reward_weights)
+        _check_types(config, output_dir, resume, reward_weights, eval_dataset)
+        if reward_weights is not None and reward_funcs is None:
+            raise ConfigError("Trainer(reward_weights=...) weighs reward_funcs: give those functions too (the "
+                              "config's own weights are set in reward.fns)")
         self.run_dir = Path(output_dir) if output_dir else Path("runs") / f"api-{time.strftime('%Y%m%d-%H%M%S')}"
         if isinstance(config, Mapping):  # {"train": {"steps": 2}} or {"train.steps": 2} over the built-in defaults
             config = make_config(None, config)
@@ -105,7 +125,7 @@ class Trainer:
             data["train"] = self._source(train_dataset, "train")
         if eval_dataset is False:
             data["eval"] = None
-        elif eval_dataset is not None and eval_dataset is not True:
+        elif eval_dataset is not None:
             data["eval"] = self._source(eval_dataset, "eval")
         if data:
             try:
@@ -217,8 +237,8 @@ def _unjsonable(value, plain) -> bool:
         return True
 
 
-def _check_types(config: Any, output_dir: Any, resume: Any, reward_weights: Any) -> None:
-    """`ConfigError` naming the argument whose type `Trainer` cannot use."""
+def _check_types(config: Any, output_dir: Any, resume: Any, reward_weights: Any, eval_dataset: Any) -> None:
+    """`ConfigError` naming the argument whose type or value `Trainer` cannot use."""
     if config is not None and not isinstance(config, (RunConfig, Mapping, str, Path)):
         raise ConfigError(f"Trainer(config=...) takes a RunConfig (make_config(...)), a preset's path or a mapping "
                           f"of settings, not {type(config).__name__}")
@@ -227,6 +247,11 @@ def _check_types(config: Any, output_dir: Any, resume: Any, reward_weights: Any)
     if resume is not None and not isinstance(resume, (str, Path)):
         raise ConfigError(f"Trainer(resume=...) takes 'auto', 'never' or a checkpoint path, not "
                           f"{type(resume).__name__}")
+    if output_dir is not None and Path(output_dir).exists() and not Path(output_dir).is_dir():
+        raise ConfigError(f"Trainer(output_dir={str(output_dir)!r}) is a file, not a run folder")
+    if eval_dataset is True:
+        raise ConfigError("Trainer(eval_dataset=True) names no data: give a path, paths or rows; None keeps the "
+                          "config's data.eval, False evaluates nothing")
     if reward_weights is not None and (not isinstance(reward_weights, Iterable) or isinstance(
             reward_weights, (str, bytes)) or not all(isinstance(w, (int, float)) and not isinstance(w, bool)
                                                       for w in reward_weights)):

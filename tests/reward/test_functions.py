@@ -185,3 +185,17 @@ def test_failure_share_is_judged_over_recent_samples():
         # one more bad: 5 of 9 > 0.5 -> stops, naming this batch's failing sample
         with pytest.raises(RewardFunctionError, match=r"5 of its last 9.*sample 0.*cannot parse bad5"):
             rm.score(["bad5"], [""])
+
+
+def test_a_reference_that_loads_nothing_is_named_as_the_user_wrote_it(user_file, tmp_path):
+    """A missing function is named by the file the user gave (not the module it was loaded as), a folder is named
+    as one, and `file.py:` without a function (YAML's mapping) says that something follows the colon."""
+    with pytest.raises(ValueError, match=rf"'{user_file}' has no 'nope'$"):
+        RewardConfig(fn=f"{user_file}:nope")
+    with pytest.raises(ValueError, match=r"'json' has no 'dumps\.nope' \(no 'nope' in it\)"):
+        RewardConfig(fn="json:dumps.nope")
+    with pytest.raises(ValueError, match=r"is a folder, not a Python file .*'path/to/file\.py:function'"):
+        RewardConfig(fn=f"{tmp_path}/:score")
+    with pytest.raises(ConfigError, match=r"^reward\.fn: expected a string, got \{'x\.py': None\} \(YAML reads "
+                                          r"`x\.py:` as a mapping: something is missing after the colon\)$"):
+        build(RewardConfig, {"fn": {"x.py": None}}, "reward.")

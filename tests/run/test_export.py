@@ -94,6 +94,9 @@ def test_export_command_writes_the_chosen_step(eos_model_dir, tmp_path, capsys):
     assert all(torch.equal(exported[k], v) for k, v in load_file(step2 / "model" / "model.safetensors").items())
     assert main(["export", str(step2), "--step", "1"]) == 2
     assert f"{step2}: a checkpoint of step 2, not 1; give its run folder with --step 1" in capsys.readouterr().err
+    # the run's pointer `checkpoints/latest`: the checkpoint it names
+    assert main(["export", str(run / "checkpoints" / "latest"), "-o", str(tmp_path / "latest")]) == 0
+    assert f"exported step_000002 to {tmp_path / 'latest'} (" in capsys.readouterr().out
 
 
 def test_export_never_replaces_a_folder_it_did_not_write(eos_model_dir, tmp_path, capsys, monkeypatch):

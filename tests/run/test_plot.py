@@ -122,6 +122,9 @@ def test_cli_defaults_to_first_run_plots(tmp_path, capsys):
     for flag in ("-o", "--output", "--out"):  # -o / --output as every other command names its output
         assert run_plot(parse([str(a), flag, str(tmp_path / flag)])) == 0
         assert_real_png(tmp_path / flag / "overview.png")
+    # a run's metrics.jsonl given as the run: the plots go beside it (the default folder was under the file)
+    assert run_plot(parse([str(b / "metrics.jsonl")])) == 0
+    assert_real_png(b / "plots" / "overview.png")
 
 
 def test_an_image_file_name_as_out_is_refused_before_any_folder(tmp_path, capsys):

@@ -80,10 +80,18 @@ def _coerce(value: Any, tp: Any, key: str) -> Any:
             return value
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return str(value)
-        raise ConfigError(f"{key}: expected a string, got {value!r}")
+        raise ConfigError(f"{key}: expected a string, got {value!r}{_trailing_colon(value)}")
     if isinstance(tp, type) and isinstance(value, tp):
         return value
     raise ConfigError(f"{key}: expected {_type_name(tp)}, got {value!r}")
+
+
+def _trailing_colon(value: Any) -> str:
+    """For `key=text:` read by YAML as the mapping {text: None}: what the user most likely wrote, and why it is not
+    text (a reward function's reference without the function's name after its colon, for one)."""
+    if isinstance(value, dict) and len(value) == 1 and next(iter(value.values())) is None:
+        return f" (YAML reads `{next(iter(value))}:` as a mapping: something is missing after the colon)"
+    return ""
 
 
 def _number(value: Any, key: str) -> float:

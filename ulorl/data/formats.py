@@ -39,14 +39,19 @@ _TABLES = {".csv": "CSV", ".tsv": "TSV", ".xlsx": "Excel", ".xls": "Excel"}
 _SPLIT_NAMES = {"train": ("train",), "eval": ("test", "validation", "eval", "valid", "dev")}
 
 
-def detect_storage(path: str | Path, format_hint: str = "set data.format explicitly") -> Storage:
+def detect_storage(path: str | Path, format_hint: str = "set data.format explicitly", output: bool = False) -> Storage:
     """By extension (.parquet, .jsonl/.ndjson/.json) or folder (save_to_disk); `format_hint` says how the
-    caller's user names the format instead (a config key, or `--format` for `ulorl clean`)."""
+    caller's user names the format instead (a config key, or `--format` for `ulorl clean`). An input that is not
+    there is named as such before its name is judged; `output`: `path` is to be written."""
     p = Path(path)
     if p.is_dir():
         return Storage.DISK
     if p.suffix.lower() in _SUFFIXES:
         return _SUFFIXES[p.suffix.lower()]
+    if not output and not p.exists():
+        raise DataError(f"{path}: no such file or folder")
+    if output and p.suffix.lower() in _TABLES:
+        raise DataError(f"{path}: {_TABLES[p.suffix.lower()]} is not written; {format_hint}")
     if p.suffix.lower() in _TABLES:  # no format setting reads these: say so, and how to convert
         raise DataError(f"{path}: {_TABLES[p.suffix.lower()]} files are not read; convert it to parquet or JSONL "
                         f"(with pandas: pandas.read_{'excel' if 'x' in p.suffix else 'csv'}({str(path)!r}"
@@ -70,7 +75,7 @@ def output_storage(path: str | Path) -> Storage:
     if p.is_dir() and (foreign := entries_besides(p, SAVE_TO_DISK_FILES)):
         raise DataError(f"{path}: an existing folder that is not a save_to_disk dataset (it holds {foreign}); give "
                         "a new or empty folder, or a file name ending .jsonl or .parquet")
-    return detect_storage(p, "name the output .jsonl or .parquet")
+    return detect_storage(p, "name the output .jsonl or .parquet", output=True)
 
 
 def entries_besides(folder: Path, patterns: tuple[str, ...], shown: int = 4) -> str:

@@ -112,6 +112,9 @@ def load_function(ref: str) -> Callable:
     target, attr = _split_ref(ref)
     if _is_path(target):
         path = Path(target).expanduser().resolve()
+        if path.is_dir():
+            raise FileNotFoundError(f"{str(path)!r} is a folder, not a Python file (from reward function {ref!r}: "
+                                    "'path/to/file.py:function')")
         if not path.is_file():
             raise FileNotFoundError(f"no such file {str(path)!r} (from reward function {ref!r})")
         mod_name = f"ulorl_user_reward_{path.stem}_{zlib.crc32(str(path).encode()):08x}"
@@ -133,6 +136,8 @@ def load_function(ref: str) -> Callable:
         module = _no_exit(importlib.import_module, target, target)
     obj: Any = module
     for part in attr.split("."):
+        if not hasattr(obj, part):  # named as the user named it, not as the module it was loaded as
+            raise AttributeError(f"{target!r} has no {attr!r}" + (f" (no {part!r} in it)" if part != attr else ""))
         obj = getattr(obj, part)
     if not callable(obj):
         raise TypeError(f"{ref!r} is not callable")

@@ -23,7 +23,8 @@ from pathlib import Path
 from ulorl.data.formats import entries_besides
 from ulorl.durable import replacing
 from ulorl.errors import UlorlError
-from ulorl.run.checkpoint import CHECKPOINTS, MANIFEST, CheckpointError, find_resumable, step_dir, verify_checkpoint
+from ulorl.run.checkpoint import (CHECKPOINTS, LATEST, MANIFEST, CheckpointError, find_resumable, read_latest, step_dir,
+                                  verify_checkpoint)
 from ulorl.run.checkpoint.store import STEP_DIR, checkpoint_dirs, step_of
 
 EXPORT_DIR = "export"
@@ -59,7 +60,13 @@ def check_export_target(out: str | Path) -> None:
 
 def checkpoint_of(run_dir: str | Path, step: int | None = None) -> Path:
     """The verified checkpoint of `run_dir` to export: step `step`, or the one a resume would pick; `run_dir` may
-    be a checkpoint folder itself (`RUN/checkpoints/step_<N>`)."""
+    be a checkpoint folder itself (`RUN/checkpoints/step_<N>`), or the run's `checkpoints/latest` (the checkpoint
+    it names)."""
+    if step is None and Path(run_dir).is_file() and Path(run_dir).name == LATEST:
+        named, why = read_latest(Path(run_dir).parent)
+        if named is None:
+            raise CheckpointError(f"{run_dir}: {why}")
+        run_dir = named
     if not Path(run_dir).is_dir():
         what = "is a file, not a run folder" if Path(run_dir).exists() else "no such folder"
         raise CheckpointError(f"{run_dir}: {what} (give the folder of a `ulorl train` run)")

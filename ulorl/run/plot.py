@@ -304,7 +304,7 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
     parser.add_argument("run_dirs", nargs="+", type=Path, metavar="RUN_DIR",
                         help="run directories (each with a metrics.jsonl) to overlay")
     parser.add_argument("--out", "--output", "-o", dest="out", type=Path, default=None,
-                        help="output folder for the PNGs (default: FIRST_RUN_DIR/plots)")
+                        help="output folder for the PNGs (default: FIRST_RUN_DIR/plots, beside a metrics.jsonl given)")
     parser.add_argument("--names", default=None,
                         help="comma-separated legend names, one per run (default: folder names)")
     parser.add_argument("--smooth", type=float, default=DEFAULT_SMOOTH,
@@ -316,7 +316,8 @@ def add_plot_arguments(parser: argparse.ArgumentParser) -> argparse.ArgumentPars
 def run_plot(args: argparse.Namespace) -> int:
     """Run ``ulorl plot`` from parsed arguments; return the exit code (0 ok, 2 a user error, as every command)."""
     names = [n.strip() for n in args.names.split(",")] if args.names else None
-    out = args.out if args.out is not None else Path(args.run_dirs[0]) / "plots"
+    first = Path(args.run_dirs[0])  # a run folder, or a metrics.jsonl given as the run: its folder holds the plots
+    out = args.out if args.out is not None else (first.parent if first.is_file() else first) / "plots"
     if out.suffix.lower() in IMAGE_SUFFIXES and not out.is_dir():  # a file name would become a folder of that name
         print(f"ulorl plot: error: --out {out}: a folder for the figures (one PNG a panel and an overview), not a "
               f"file name; give a folder, e.g. --out {out.with_suffix('')}", file=sys.stderr)

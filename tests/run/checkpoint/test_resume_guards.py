@@ -166,6 +166,7 @@ def test_fresh_start_over_an_earlier_run_is_refused(three_steps, eos_model, tmp_
 def test_resume_path_may_name_the_run_folder(three_steps):
     assert resolve_resume_path(three_steps) == three_steps / "checkpoints" / "step_000003"
     assert resolve_resume_path(three_steps / "checkpoints") == three_steps / "checkpoints" / "step_000003"
+    assert resolve_resume_path(three_steps / "checkpoints" / "latest") == three_steps / "checkpoints" / "step_000003"
 
 
 # -- signals and non-finite updates ----------------------------------------------------------------

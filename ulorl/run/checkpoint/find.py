@@ -54,8 +54,9 @@ def is_checkpoint_folder(path: Path) -> bool:
 def not_a_checkpoint(path: Path) -> str:
     """Why `path`, which holds no manifest, is not a checkpoint to resume from: a save that was interrupted (a
     step folder, or one being written), or something else that a user may take for one."""
-    if not path.exists():
-        return f"checkpoint {path} does not exist"
+    if not path.exists():  # a bare word is more likely a mistyped mode than a path
+        modes = "" if len(path.parts) > 1 else " (resume takes auto, never or a checkpoint's path)"
+        return f"checkpoint {path} does not exist{modes}"
     if not path.is_dir():
         return f"{path} is a file, not a checkpoint folder"
     if is_checkpoint_folder(path):
@@ -114,8 +115,11 @@ def existing_checkpoints(root: str | Path) -> list[tuple[int, Path]]:
 
 
 def resolve_resume_path(path: str | Path) -> Path:
-    """`--resume PATH`: a checkpoint folder, or a run folder / checkpoints folder (then its `latest`)."""
+    """`--resume PATH`: a checkpoint folder, or a run folder / checkpoints folder / its `latest` file (then the
+    checkpoint `latest` names)."""
     path = Path(path)
+    if path.is_file() and path.name == LATEST:  # the pointer itself: its folder's
+        path = path.parent
     for root in (path / CHECKPOINTS, path):
         if (root / LATEST).is_file():
             named, why = read_latest(root)
