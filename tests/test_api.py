@@ -165,3 +165,14 @@ def test_trainer_refuses_arguments_it_would_ignore_or_misread(tmp_path):
     with pytest.raises(CheckpointError, match=r"checkpoint sometimes does not exist \(resume takes auto, never or "
                                               r"a checkpoint's path\)"):
         Trainer(TINY, resume="sometimes", output_dir=tmp_path / "c").train()
+
+
+def test_own_train_rows_with_the_built_in_eval_task_get_a_note(tmp_path, capsys):
+    rows = [{"prompt": f"add {i} {i}", "answer": str(2 * i)} for i in range(4)]
+    Trainer({**TINY, "data.eval": "builtin:chain"}, train_dataset=rows, output_dir=tmp_path / "a")
+    assert ("note: Trainer(eval_dataset=...) not given: the held-out evaluation keeps data.eval=builtin:chain, a "
+            "built-in task, not your train_dataset's; give your held-out rows as eval_dataset, or eval_dataset=False"
+            in capsys.readouterr().out)
+    Trainer({**TINY, "data.eval": "builtin:chain"}, train_dataset=rows, eval_dataset=False, output_dir=tmp_path / "b")
+    Trainer({**TINY, "data.eval": "builtin:chain"}, output_dir=tmp_path / "c")  # the built-in task for both
+    assert "note:" not in capsys.readouterr().out

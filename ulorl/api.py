@@ -35,6 +35,7 @@ from ulorl.config import RunConfig, build, check_runnable, load_run_config, to_d
 from ulorl.config.loader import ConfigError, deep_merge
 from ulorl.config.reward import RewardFnConfig
 from ulorl.durable import atomic_write_text
+from ulorl.run.console import say
 
 __all__ = ["RunConfig", "Trainer", "make_config"]
 
@@ -74,6 +75,10 @@ def make_config(preset: str | Path | None = None, overrides: Mapping[str, Any] |
             raise ConfigError(f"make_config(overrides=...) sets {key!r} twice (also in {twice[0]!r}); give it once")
     base = to_dict(load_run_config(preset)) if preset is not None else {}
     return build(RunConfig, deep_merge(base, nested))
+
+
+def _builtin_only(sources: list[str]) -> bool:
+    return bool(sources) and all(s.startswith("builtin:") for s in sources)
 
 
 def _sets(key: str, value: Any, dotted: str) -> bool:
@@ -132,6 +137,10 @@ class Trainer:
                 cfg = dataclasses.replace(cfg, data=dataclasses.replace(cfg.data, **data))
             except ValueError as e:
                 raise ConfigError(str(e)) from None
+        if train_dataset is not None and eval_dataset is None and _builtin_only(cfg.data.sources("eval")):
+            say(f"note: Trainer(eval_dataset=...) not given: the held-out evaluation keeps data.eval="
+                f"{cfg.data.eval}, a built-in task, not your train_dataset's; give your held-out rows as "
+                f"eval_dataset, or eval_dataset=False")
         self.config = cfg
         self.resume = resume
         self.summary: dict | None = None

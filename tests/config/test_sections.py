@@ -264,3 +264,30 @@ def test_every_section_raises_config_error_when_built_directly():
         RewardConfig(fns=[{"fn": "rule", "extra": 1}])
     with pytest.raises(ConfigError, match=r"^k='z' is not allowed; choose one of: a, b, or a number$"):
         check_choice("k", "z", ["a", "b"], also="or a number")
+
+
+def test_a_config_made_in_code_is_type_checked_as_yaml_is():
+    """`build` checks (or converts) every value read from YAML; a config made in code, or edited with
+    `dataclasses.replace`, is refused the same way, naming the key, instead of failing later in other code
+    (`DataConfig(train=5)` failed in the loader with an AttributeError)."""
+    import dataclasses
+    from pathlib import Path
+
+    from ulorl.config import DataConfig, ModelConfig, RewardConfig, RunConfig, SFTConfig, TrainConfig
+
+    cases = [(lambda: DataConfig(train=5), r"data\.train: expected str \| list\[str\], got 5 \(a int\)"),
+             (lambda: RewardConfig(num_workers="2"), r"reward\.num_workers: expected an integer, got '2'"),
+             (lambda: dataclasses.replace(TrainConfig(), steps="x"), r"train\.steps: expected an integer, got 'x'"),
+             (lambda: TrainConfig(lr="1e-5"), r"train\.lr: expected float, got '1e-5' \(a str\)"),
+             (lambda: RunConfig(train={"steps": 3}), r"train: expected TrainConfig, got \{'steps': 3\} \(a dict\)"),
+             (lambda: SFTConfig(bucketed=1), r"sft\.bucketed: expected true or false, got 1"),
+             (lambda: ModelConfig(dtype=None), r"model\.dtype: .*this setting cannot be null")]
+    for make, message in cases:
+        with pytest.raises(ConfigError, match=message):
+            make()
+    # what YAML would give: paths as strings, numbers of the annotated kind, tuples as lists
+    assert ModelConfig(path=Path("/m")).path == "/m"
+    assert DataConfig(train=[Path("a.jsonl"), "b.jsonl"]).train == ["a.jsonl", "b.jsonl"]
+    assert TrainConfig(lr=1).lr == 1.0 and isinstance(TrainConfig(lr=1).lr, float)
+    assert SFTConfig(steps=3.0).steps == 3 and isinstance(SFTConfig(steps=3.0).steps, int)
+    assert RunConfig().train == TrainConfig()  # the defaults pass their own check

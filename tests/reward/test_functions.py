@@ -1,5 +1,6 @@
 """User reward functions: file paths, verl and TRL styles, weights, extra metrics, range and failure checks."""
 
+import re
 import textwrap
 
 import pytest
@@ -199,3 +200,29 @@ def test_a_reference_that_loads_nothing_is_named_as_the_user_wrote_it(user_file,
     with pytest.raises(ConfigError, match=r"^reward\.fn: expected a string, got \{'x\.py': None\} \(YAML reads "
                                           r"`x\.py:` as a mapping: something is missing after the colon\)$"):
         build(RewardConfig, {"fn": {"x.py": None}}, "reward.")
+
+
+def test_a_saved_config_names_functions_passed_in_code_and_says_why_they_do_not_load():
+    """`to_dict` writes a callable passed in code as `module:qualname` or `<type object>`; loaded back from a
+    config.yaml, each one that only the code that ran could load says so and how to rerun."""
+    import functools
+
+    from ulorl.config.loader import to_dict
+
+    class Scorer:
+        def __call__(self, data_source, solution_str, ground_truth, extra_info=None):
+            return 0.0
+
+    def local(data_source, solution_str, ground_truth, extra_info=None):
+        return 0.0
+
+    for fn, what in ((Scorer(), "a callable object passed in code"),
+                     (functools.partial(local), "a callable object passed in code"),
+                     (local, "a lambda or a function defined inside another function")):
+        saved = to_dict(RewardConfig(fns=[RewardFnConfig(fn)]))["fns"][0]["fn"]
+        with pytest.raises(ConfigError, match=rf"^reward\.fns\[0\]\.fn={re.escape(repr(saved))} names {what}, which a "
+                                              r"config cannot load: give it to Trainer\(reward_funcs=\.\.\.\) again, "
+                                              r"or move it into a file and name it 'path/to/file\.py:function'$"):
+            build(RewardConfig, {"fns": [{"fn": saved}]}, "reward.")
+    with pytest.raises(ConfigError, match=r"names a function of the script that ran the training"):
+        RewardConfig(fn="__main__:no_such_function_here")

@@ -8,7 +8,7 @@ from ulorl.algo.entropy_mask import EntropyMaskMode
 from ulorl.algo.importance import ISMode
 from ulorl.algo.loss import AggMode
 from ulorl.config.checks import positive
-from ulorl.config.loader import ConfigError, check_choice
+from ulorl.config.loader import ConfigError, check_choice, check_field_types
 
 
 @dataclass
@@ -26,6 +26,7 @@ class AlgoConfig:
     max_stale: int = 1  # mask_stale: tokens older than this many versions give no gradient
 
     def __post_init__(self) -> None:
+        check_field_types(self, "algo.")
         check_choice("algo.is_mode", self.is_mode, ISMode)
         check_choice("algo.entropy_mask", self.entropy_mask, EntropyMaskMode)
         check_choice("algo.loss_agg", self.loss_agg, AggMode)

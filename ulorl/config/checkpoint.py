@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ulorl.config.checks import positive
+from ulorl.config.loader import check_field_types
 
 
 @dataclass
@@ -14,5 +15,6 @@ class CheckpointConfig:
     export: bool = True  # at the end of a run, the last checkpoint as a plain HF folder in RUN/export (ulorl.run.export)
 
     def __post_init__(self) -> None:
+        check_field_types(self, "checkpoint.")
         positive("checkpoint.every", self.every, allow_zero=True)
         positive("checkpoint.keep", self.keep)

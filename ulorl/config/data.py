@@ -9,7 +9,7 @@ from enum import Enum
 from typing import Any
 
 from ulorl.config.checks import seed
-from ulorl.config.loader import ConfigError, check_choice
+from ulorl.config.loader import ConfigError, check_choice, check_field_types
 from ulorl.tasks import TASKS, UNIFORM_TASKS
 
 
@@ -47,6 +47,7 @@ class PrefilterConfig:
     hard_k: int | None = None  # the k of "all k wrong"; None: k. Larger keeps more rarely solved problems
 
     def __post_init__(self) -> None:
+        check_field_types(self, "data.prefilter.")
         if isinstance(self.method, PrefilterMethod):
             self.method = self.method.value
         check_choice("data.prefilter.method", self.method, PrefilterMethod)
@@ -94,6 +95,7 @@ class DataConfig:
     prefilter: PrefilterConfig = field(default_factory=PrefilterConfig)  # training problems dropped before RL
 
     def __post_init__(self) -> None:
+        check_field_types(self, "data.")
         if isinstance(self.format, DataFormat):
             self.format = self.format.value
         if isinstance(self.on_bad_row, BadRowPolicy):

@@ -17,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from enum import Enum
 
-from ulorl.config.loader import ConfigError, check_choice
+from ulorl.config.loader import ConfigError, check_choice, check_field_types
 
 
 class BackendName(str, Enum):
@@ -45,6 +45,7 @@ class DistributedConfig:
     gpus_per_learner: float = 0.0
 
     def __post_init__(self) -> None:
+        check_field_types(self, "distributed.")
         check_choice("distributed.backend", self.backend, BackendName)
         check_choice("distributed.sharding", self.sharding, ShardingName)
         for key in ("num_engines", "learner_procs"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ulorl.config.checks import seed
-from ulorl.config.loader import ConfigError
+from ulorl.config.loader import ConfigError, check_field_types
 from ulorl.rollout.engines.base import SamplingParams, check_sampling
 
 
@@ -37,6 +37,7 @@ class EvalConfig:
     long_tokens: int = 1000
 
     def __post_init__(self) -> None:
+        check_field_types(self, "eval.")
         for name in ("k", "max_new_tokens", "batch_size", "long_tokens"):
             if getattr(self, name) < 1:
                 raise ConfigError(f"eval.{name} must be >= 1, got {getattr(self, name)}")

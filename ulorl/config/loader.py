@@ -9,7 +9,9 @@ with `ConfigError` naming the dotted key and what is allowed.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
+import os
 import re
 import types
 import typing
@@ -122,9 +124,47 @@ def _coerce_field(value: Any, tp: Any, key: str, field: dataclasses.Field) -> An
         raise
 
 
+@functools.cache
+def _hints(cls: type) -> dict[str, Any]:
+    return typing.get_type_hints(cls)
+
+
+def check_field_types(obj: Any, prefix: str, skip: tuple[str, ...] = ()) -> None:
+    """For a config made in code (`SFTConfig(steps="x")`, `dataclasses.replace(cfg.train, steps="3")`): a
+    `ConfigError` naming the key when a field holds what `build` would refuse, or would have to convert, from YAML
+    (`"3"` for an integer, `5` for a path). A value that `build` made passes as it is. `skip`: fields that also take
+    what their annotation does not say (a reward function given as a callable). An equal value is stored as `build`
+    makes it (a `pathlib.Path` as its string, 3.0 as 3 in an integer setting)."""
+    for f in dataclasses.fields(obj):
+        if f.name in skip or not f.init:
+            continue
+        value, key = _fspaths(getattr(obj, f.name)), prefix + f.name
+        coerced = _coerce_field(value, _hints(type(obj))[f.name], key, f)
+        if _plain_lists(coerced) != _plain_lists(value):
+            raise ConfigError(f"{key}: expected {_type_name(_hints(type(obj))[f.name])}, got {value!r} (a "
+                              f"{type(value).__name__})")
+        setattr(obj, f.name, coerced)  # as YAML gives it: 3 for 3.0 in an integer, a list for a tuple
+
+
+def _fspaths(value: Any) -> Any:
+    """`os.PathLike` values as strings, also inside a list."""
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    if isinstance(value, list) and any(isinstance(v, os.PathLike) for v in value):
+        return [_fspaths(v) for v in value]
+    return value
+
+
+def _plain_lists(value: Any) -> Any:
+    """Tuples as lists, recursively: a tuple given for a list setting is the same setting."""
+    if isinstance(value, (list, tuple)):
+        return [_plain_lists(v) for v in value]
+    return value
+
+
 def build(cls: type, data: dict, prefix: str = "") -> Any:
     """Build dataclass `cls` from a (possibly partial) mapping, checking keys and types."""
-    hints = typing.get_type_hints(cls)
+    hints = _hints(cls)
     fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
     unknown = sorted(set(data) - set(fields))
     if unknown:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ulorl.config.checks import positive
-from ulorl.config.loader import check_choice
+from ulorl.config.loader import check_choice, check_field_types
 
 
 @dataclass
@@ -19,6 +19,7 @@ class LoggingConfig:
     sample_text_chars: int | None = 2000
 
     def __post_init__(self) -> None:
+        check_field_types(self, "logging.")
         from ulorl.logging import LoggerName
 
         for name in self.loggers:

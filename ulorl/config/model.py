@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from ulorl.config.checks import positive
-from ulorl.config.loader import ConfigError, check_choice
+from ulorl.config.loader import ConfigError, check_choice, check_field_types
 
 # peft's names of the Llama/Qwen linear layers: attention and MLP projections (not the LM head)
 LORA_ALL_LINEAR = ["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"]
@@ -24,6 +24,7 @@ class LoraConfig:
     target_modules: list[str] = field(default_factory=lambda: list(LORA_ALL_LINEAR))  # module names peft wraps
 
     def __post_init__(self) -> None:
+        check_field_types(self, "model.lora.")
         positive("model.lora.rank", self.rank, allow_zero=True)
         positive("model.lora.alpha", self.alpha)
         if not 0 <= self.dropout < 1:
@@ -48,6 +49,7 @@ class ModelConfig:
     lora: LoraConfig = field(default_factory=LoraConfig)  # rank > 0: train adapters only (RL; the SFT warm start is full)
 
     def __post_init__(self) -> None:
+        check_field_types(self, "model.")
         check_choice("model.dtype", self.dtype, list(MODEL_DTYPES))
         check_choice("model.warm_start", self.warm_start, ["sft", "none"])
         if self.rope_scaling_factor is not None and self.rope_scaling_factor <= 1.0:

@@ -22,7 +22,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from ulorl.config.checks import share
-from ulorl.config.loader import ConfigError, build, check_choice
+from ulorl.config.loader import ConfigError, build, check_choice, check_field_types
 from ulorl.reward.extract import EXTRACTORS
 from ulorl.reward.judge import DEFAULT_JUDGE_PROMPT, JudgeMode, check_prompt_template
 from ulorl.reward.overlong import OverlongPolicy
@@ -52,6 +52,8 @@ def check_fn(fn: Any, style: str, key: str) -> None:
     if not isinstance(fn, str) or not fn:
         raise ConfigError(f"{key} must be a built-in name, 'module:function' or 'path/to/file.py:function', "
                           f"got {fn!r}")
+    if fn.startswith("<") and fn.endswith(" object>"):  # `to_dict`'s stand-in for a callable object
+        raise _code_only(key, fn, "a callable object passed in code")
     if ":" not in fn:
         check_choice(key, fn, BuiltinReward, also="'module:function' or 'path/to/file.py:function'")
         return
@@ -60,7 +62,19 @@ def check_fn(fn: Any, style: str, key: str) -> None:
         obj = load_function(fn)
         check_signature(obj, detect_style(obj, style, fn), fn)
     except ValueError as e:
+        module, _, qualname = fn.rpartition(":")
+        if module == "__main__":  # loadable only from the script that defines it
+            raise _code_only(key, fn, "a function of the script that ran the training") from None
+        if "<lambda>" in qualname or "<locals>" in qualname:
+            raise _code_only(key, fn, "a lambda or a function defined inside another function") from None
         raise ConfigError(f"{key}: {e}") from None
+
+
+def _code_only(key: str, fn: str, what: str) -> ConfigError:
+    """The error for a saved config's reward reference that only the code that ran could load (`to_dict` writes a
+    callable passed in code as `module:qualname`, another callable object as `<type object>`)."""
+    return ConfigError(f"{key}={fn!r} names {what}, which a config cannot load: give it to Trainer(reward_funcs=...) "
+                       "again, or move it into a file and name it 'path/to/file.py:function'")
 
 
 @dataclass
@@ -81,6 +95,7 @@ class RewardFnConfig:
     """Declared highest reward (same check)."""
 
     def __post_init__(self) -> None:
+        check_field_types(self, "", skip=("fn",))
         check_choice("style", self.style, RewardStyle)
         if not math.isfinite(self.weight):
             raise ConfigError(f"weight must be finite, got {self.weight}")
@@ -133,6 +148,7 @@ class RewardConfig:
     """Soft-penalty buffer length in tokens (``soft_penalty`` needs > 0)."""
 
     def __post_init__(self) -> None:
+        check_field_types(self, "reward.", skip=("fn",))
         self.fns = [build(RewardFnConfig, f, f"reward.fns[{i}].") if isinstance(f, dict) else f
                     for i, f in enumerate(self.fns)]
         if self.fns:

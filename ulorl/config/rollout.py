@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 
 from ulorl.config.checks import positive
-from ulorl.config.loader import ConfigError, check_choice
+from ulorl.config.loader import ConfigError, check_choice, check_field_types
 from ulorl.rollout.engines.base import check_sampling
 from ulorl.rollout.engines.registry import DecodeAttention, EngineName, PrefillAttention
 
@@ -26,6 +26,7 @@ class VLLMConfig:
     seeded: bool = True  # per-request seeds (reproducible; vLLM samples seeded rows one by one)
 
     def __post_init__(self) -> None:
+        check_field_types(self, "rollout.vllm.")
         if not 0 < self.gpu_memory_utilization <= 1:
             raise ConfigError(f"rollout.vllm.gpu_memory_utilization={self.gpu_memory_utilization} must be in (0, 1]")
         positive("rollout.vllm.tensor_parallel_size", self.tensor_parallel_size)
@@ -50,6 +51,7 @@ class TorchEngineConfig:
     procs: int = 1
 
     def __post_init__(self) -> None:
+        check_field_types(self, "rollout.torch.")
         check_choice("rollout.torch.decode_attention", self.decode_attention, DecodeAttention)
         check_choice("rollout.torch.prefill_attention", self.prefill_attention, PrefillAttention)
         if self.block_size is not None:
@@ -74,6 +76,7 @@ class RolloutConfig:
     vllm: VLLMConfig = field(default_factory=VLLMConfig)  # rollout.engine=vllm only
 
     def __post_init__(self) -> None:
+        check_field_types(self, "rollout.")
         check_choice("rollout.engine", self.engine, EngineName)
         if not (math.isfinite(self.kv_cache_gib) and self.kv_cache_gib > 0):
             raise ConfigError(f"rollout.kv_cache_gib={self.kv_cache_gib} must be a positive number of GiB")

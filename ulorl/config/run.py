@@ -10,7 +10,7 @@ from ulorl.config.checkpoint import CheckpointConfig
 from ulorl.config.data import DataConfig
 from ulorl.config.distributed import DistributedConfig
 from ulorl.config.evaluation import EvalConfig
-from ulorl.config.loader import ConfigError, load_config
+from ulorl.config.loader import ConfigError, check_field_types, load_config
 from ulorl.config.logging import LoggingConfig
 from ulorl.config.model import ModelConfig
 from ulorl.config.reward import RewardConfig
@@ -34,6 +34,7 @@ class RunConfig:
     distributed: DistributedConfig = field(default_factory=DistributedConfig)  # local | ray placement
 
     def __post_init__(self) -> None:
+        check_field_types(self, "")
         if self.algo.dynamic_sampling and self.rollout.group_size < 2:
             raise ConfigError(
                 f"rollout.group_size={self.rollout.group_size} with algo.dynamic_sampling=true: a group of one "

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from ulorl.config.checks import positive, seed, share
-from ulorl.config.loader import ConfigError, check_choice
+from ulorl.config.loader import ConfigError, check_choice, check_field_types
 from ulorl.tasks import SMALLEST_SIZE, BuiltinTask
 from ulorl.tasks.odometer import MAX_STEPS as ODOMETER_MAX_STEPS
 
@@ -86,6 +86,7 @@ class SFTConfig:
         return self.tail_max_size if self.tail else self.max_size
 
     def __post_init__(self) -> None:
+        check_field_types(self, "sft.")
         for k in ("steps", "batch_size", "batch_tokens", "lr", "num_examples", "max_size"):
             positive(f"sft.{k}", getattr(self, k))
         positive("sft.warmup_steps", self.warmup_steps, allow_zero=True)

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from ulorl.config.checks import device_name, positive, seed
-from ulorl.config.loader import ConfigError, check_choice
+from ulorl.config.loader import ConfigError, check_choice, check_field_types
 
 
 class PipelineMode(str, Enum):
@@ -79,6 +79,7 @@ class TrainConfig:
     cpu_numerics: str = "native"
 
     def __post_init__(self) -> None:
+        check_field_types(self, "train.")
         check_choice("train.pipeline", self.pipeline, PipelineMode)
         check_choice("train.cpu_numerics", self.cpu_numerics, CPU_NUMERICS)
         check_choice("train.optimizer", self.optimizer, OptimizerName)
