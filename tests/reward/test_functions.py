@@ -226,3 +226,26 @@ def test_a_saved_config_names_functions_passed_in_code_and_says_why_they_do_not_
             build(RewardConfig, {"fns": [{"fn": saved}]}, "reward.")
     with pytest.raises(ConfigError, match=r"names a function of the script that ran the training"):
         RewardConfig(fn="__main__:no_such_function_here")
+
+
+def test_a_reward_of_text_is_no_reward_even_when_it_reads_as_a_number():
+    """`"1.0"` from a verl function or `["1"]` from a batch function was taken as 1.0 while `"yes"` was refused:
+    text is refused alike (the sample has no reward); bools and numpy scalars are numbers."""
+    import numpy as np
+
+    from ulorl.reward.registry import parse_result
+
+    assert parse_result(True) == (1.0, {}) and parse_result(np.float32(0.5)) == (0.5, {})
+    assert parse_result({"score": np.int64(1), "hits": 2}) == (1.0, {"hits": 2.0})
+    for text in ("1.0", "yes", b"1"):
+        with pytest.raises(ValueError, match=r"reward must be a number, got .*text, even a number's, is refused"):
+            parse_result(text)
+    with pytest.raises(ValueError, match=r"reward dict's 'score' must be a number, got str '1'"):
+        parse_result({"score": "1"})
+
+    def batch(completions, **kw):
+        return ["1" for _ in completions]
+
+    with RewardManager(RewardConfig(fns=[RewardFnConfig(batch)], max_error_frac=1.0)) as rm:
+        scores = rm.score_detailed(["a", "b"], ["1", "1"])
+    assert scores.rewards == [0.0, 0.0] and all("text, even a number's, is refused" in u for u in scores.uncomputed)

@@ -229,8 +229,13 @@ def parse_reward_fn(name: str, *, check_import: bool = True) -> BuiltinReward | 
 
 
 def _number(value: Any, what: str) -> float:
+    """A number, a bool, or a numpy / torch scalar as a float; text is refused, even "1.0" (a function that returns
+    text returns the wrong thing, whatever the text is)."""
     if isinstance(value, bool):
         return float(value)
+    if isinstance(value, (str, bytes)):
+        raise ValueError(f"{what} must be a number, got {type(value).__name__} {value!r:.80} (text, even a "
+                         "number's, is refused)")
     try:
         return float(value)
     except (TypeError, ValueError):
