@@ -107,6 +107,16 @@ def test_read_metrics_sorts_dedupes_and_skips_bad_lines(tmp_path, caplog):
         rows = read_metrics(path)
     assert rows == [{"step": 1, "x": None}, {"step": 2, "x": 3}]  # last occurrence of step 2 wins
     assert f"{path}:2" in caplog.text and f"{path}:3" in caplog.text
+    # a file that is no metrics file: three lines warned, the rest counted in one
+    other = tmp_path / "script.py"
+    other.write_text("".join(f"line {i}\n" for i in range(50)))
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        assert read_metrics(other) == []
+    assert [r.getMessage() for r in caplog.records] == [
+        f"{other}:1: skipping unparsable line (Expecting value)", f"{other}:2: skipping unparsable line (Expecting "
+        f"value)", f"{other}:3: skipping unparsable line (Expecting value)", f"{other}: 47 more bad lines skipped (50 "
+        f"in all)"]
 
 
 def strict_loads(text: str):

@@ -74,8 +74,9 @@ def truncate_after(path: Path, step: int) -> int:
         for lineno, line in enumerate(f, 1):
             if not line.strip():
                 continue
-            row = _parse_line(line, path, lineno)
+            row, why = _parse_line(line)
             if row is None:
+                log.warning("%s:%d: %s", path, lineno, why)
                 dropped += 1
             elif row["step"] <= step:
                 kept.append(line if line.endswith("\n") else line + "\n")
@@ -89,27 +90,28 @@ def truncate_after(path: Path, step: int) -> int:
     return len(kept)
 
 
-def _parse_line(line: str, path: Path, lineno: int) -> dict[str, Any] | None:
-    """One parsed row, or ``None`` (with a warning naming file and line) when the line is bad."""
+def _parse_line(line: str) -> tuple[dict[str, Any] | None, str]:
+    """One parsed row and "", or None and why the line is bad."""
     try:
         row = json.loads(line)
     except json.JSONDecodeError as e:
-        log.warning("%s:%d: skipping unparsable line (%s)", path, lineno, e.msg)
-        return None
+        return None, f"skipping unparsable line ({e.msg})"
     except RecursionError:
-        log.warning("%s:%d: skipping a line nested too deeply to read", path, lineno)
-        return None
+        return None, "skipping a line nested too deeply to read"
     step = row.get("step") if isinstance(row, dict) else None
     if isinstance(step, bool) or not isinstance(step, int):
-        log.warning("%s:%d: skipping line without an integer 'step'", path, lineno)
-        return None
-    return row
+        return None, "skipping line without an integer 'step'"
+    return row, ""
+
+
+BAD_LINES_SHOWN = 3  # bad lines warned one by one; the rest are counted in one line
 
 
 def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """Read a ``metrics.jsonl`` into rows sorted by step.
 
-    Bad lines are skipped with a warning naming file and line number. When a
+    Bad lines are skipped with a warning naming file and line number (the first `BAD_LINES_SHOWN`, then one line
+    with the count of the rest). When a
     step appears more than once (an old file written before resume truncation)
     the last occurrence wins. ``null`` values come back as ``None``.
 
@@ -118,16 +120,21 @@ def read_metrics(path: str | Path) -> list[dict[str, Any]]:
     """
     path = Path(path)
     by_step: dict[int, dict[str, Any]] = {}
+    bad = 0
     with open(path, "rb") as f:
         for lineno, raw in enumerate(f, 1):
             if not raw.strip():
                 continue
             try:
-                line = raw.decode("utf-8")
+                row, why = _parse_line(raw.decode("utf-8"))
             except UnicodeDecodeError:
-                log.warning("%s:%d: skipping a line that is not UTF-8", path, lineno)
-                continue
-            row = _parse_line(line, path, lineno)
+                row, why = None, "skipping a line that is not UTF-8"
             if row is not None:
                 by_step[row["step"]] = row
+                continue
+            bad += 1
+            if bad <= BAD_LINES_SHOWN:
+                log.warning("%s:%d: %s", path, lineno, why)
+    if bad > BAD_LINES_SHOWN:
+        log.warning("%s: %d more bad lines skipped (%d in all)", path, bad - BAD_LINES_SHOWN, bad)
     return [by_step[s] for s in sorted(by_step)]
