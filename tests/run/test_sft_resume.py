@@ -21,6 +21,10 @@ CURRICULUM = dict(task="builtin:odometer", alpha=0.5, max_size=12, tail=0.1, tai
                   tail_until_p_long=0.0, check_problems=2, check_min_size=13, bucketed=True, batch_tokens=512,
                   batch_size=4, steps=14, short_steps=4, short_max_size=6, heads=0.1, head_lines=2, num_examples=60,
                   warmup_steps=2, lr=3e-3)
+# a short phase that goes on past its 3 steps to short_max_steps=6 (its loss never under 0.001), then 5 full steps
+EXTENDED = dict(task="builtin:odometer", alpha=0.5, max_size=12, bucketed=True, batch_tokens=512, batch_size=4, steps=8,
+                short_steps=3, short_max_size=6, short_until_loss=0.001, short_max_steps=6, num_examples=60,
+                warmup_steps=1, lr=3e-3)
 # random batches, and checks of `sft.until_p` that never meet it: the SFT goes on past its steps to max_steps
 UNTIL = dict(steps=6, warmup_steps=2, lr=3e-3, num_examples=60, batch_size=4, check_every=3, check_problems=2,
              max_steps=9, until_p=1.0)
@@ -62,12 +66,14 @@ def _crash():
     raise RuntimeError("killed")
 
 
-@pytest.mark.parametrize("killed_at", [3, 6, 9, 14])  # the short phase, the full phase, after the tail left, last
+@pytest.mark.parametrize("settings, killed_at", [
+    (CURRICULUM, 3), (CURRICULUM, 6), (CURRICULUM, 9), (CURRICULUM, 14),  # short, full, after the tail left, last
+    (EXTENDED, 6)])  # in the short phase's extension (the save after its 4th step, past its 3 planned)
 def test_an_sft_killed_in_a_step_continues_from_its_last_save_to_the_same_weights(tmp_path, tiny_model_dir, capsys,
-                                                                                 fail_at_step, killed_at):
+                                                                                 fail_at_step, settings, killed_at):
     model = ModelConfig(path=str(tiny_model_dir))
-    reference = run_sft(model, SFTConfig(**CURRICULUM), tmp_path / "ref", progress=False)
-    cfg = SFTConfig(**CURRICULUM, save_every=2)  # not a setting of the weights: the same SFT as the reference's
+    reference = run_sft(model, SFTConfig(**settings), tmp_path / "ref", progress=False)
+    cfg = SFTConfig(**settings, save_every=2)  # not a setting of the weights: the same SFT as the reference's
     disarm = fail_at_step(killed_at, _crash)
     with pytest.raises(RuntimeError, match="killed"):
         run_sft(model, cfg, tmp_path / "sft", progress=False)
@@ -80,7 +86,10 @@ def test_an_sft_killed_in_a_step_continues_from_its_last_save_to_the_same_weight
     assert f"continuing the interrupted SFT in {tmp_path / 'sft'} after its step {saved}" in capsys.readouterr().out
     _same(_weights(done), _weights(reference))
     assert _rows(tmp_path / "sft") == _rows(tmp_path / "ref")  # losses, learning rates, phases and checks
-    assert [r["step"] for r in _rows(tmp_path / "sft") if "sft/p_long" in r] == [7, 14]  # the tail left at step 7
+    if settings is CURRICULUM:
+        assert [r["step"] for r in _rows(tmp_path / "sft") if "sft/p_long" in r] == [7, 14]  # the tail left at 7
+    else:
+        assert [r["sft/phase"] for r in _rows(tmp_path / "sft")] == ["short"] * 6 + ["full"] * 5
     assert not (tmp_path / "sft" / STATE_FILE).exists()  # the finished SFT keeps its model, not its state
 
 

@@ -41,6 +41,7 @@ import json
 import math
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from tqdm.auto import tqdm
@@ -175,51 +176,17 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
     try:
         with open(out / METRICS_FILE, "a") as log, \
                 tqdm(total=p.planned, initial=len(p.losses), desc="sft", disable=not progress) as bar:
-            for i, (examples, planned, is_short, without_tail) in enumerate(phases):
+            for i, phase in enumerate(phases):
                 if i < p.phase:
                     continue
                 if i > p.phase:
                     p.phase, p.taken, p.order, p.tail_left = i, 0, [], False
-                data = without_tail if p.tail_left else examples
-                batches = bucket_batches([len(a) + len(b) for a, b in data], cfg.batch_tokens, cfg.batch_size)
-                while not p.met and (p.taken < planned or (
-                        _short_phase_goes_on(p.losses, p.taken, cfg, bar) if is_short
-                        else _full_phase_goes_on(len(p.losses), p.taken, planned, cfg, bar))):
-                    if cfg.bucketed:
-                        if not p.order:  # a new epoch over the buckets, in random order
-                            p.order = torch.randperm(len(batches), generator=gen).tolist()
-                        idx = batches[p.order.pop()]
-                    else:
-                        idx = torch.randint(len(data), (cfg.batch_size,), generator=gen).tolist()
-                    ids, attn, labels = _batch([data[j] for j in idx], tok.pad_token_id)
-                    # the schedule holds at a phase's last step while that phase goes on past it
-                    at = min(p.taken, planned - 1)
-                    lr = lr_at(at if is_short else cfg.short_steps + at, cfg)
-                    for g in opt.param_groups:
-                        g["lr"] = lr
-                    loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
-                    opt.zero_grad(set_to_none=True)
-                    loss.backward()
-                    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-                    opt.step()
-                    p.losses.append(loss.item())
-                    p.taken += 1
+                while not p.met and _phase_goes_on(p, phase, cfg, bar):
+                    lr = _step(model, opt, tok, gen, p, phase, cfg)
                     row = {"step": len(p.losses), "sft/loss": p.losses[-1], "sft/lr": lr,
-                           "sft/phase": "short" if is_short else "full"}
-                    periodic = bool(cfg.check_every) and not is_short and p.taken % cfg.check_every == 0
-                    if valid and periodic:
-                        row["sft/p_valid"] = mean_p_reference(model, valid, check_params)
-                        p.met = _sft_ends(row["sft/p_valid"], len(p.losses), cfg)
-                        if p.met:  # the bar ends full: the schedule's length was a plan, not a promise
-                            bar.total = len(p.losses)
-                    tail_in = without_tail is not None and not p.tail_left
-                    if checks and not is_short and _p_long_due(periodic, tail_in, p.met, p.taken, planned,
-                                                               len(p.losses), cfg):
-                        row["sft/p_long"] = mean_p_reference(model, checks, check_params)
-                        if tail_in and _tail_leaves(row["sft/p_long"], len(p.losses), cfg):
-                            p.tail_left, data, p.order = True, without_tail, []  # a new epoch over the others
-                            batches = bucket_batches([len(a) + len(b) for a, b in data], cfg.batch_tokens,
-                                                     cfg.batch_size)
+                           "sft/phase": "short" if phase.short else "full"}
+                    if not phase.short:
+                        row.update(_checks(model, p, phase, checks, valid, check_params, cfg, bar))
                     log.write(json.dumps({**row, "timing_s/elapsed": time.time() - t0}) + "\n")
                     bar.set_postfix(loss=f"{p.losses[-1]:.3g}")
                     bar.update()
@@ -240,6 +207,83 @@ def _train(model_cfg: ModelConfig, cfg: SFTConfig, out_dir: str | Path, progress
     return model_dir
 
 
+class Phase(NamedTuple):
+    """One phase of the SFT: the curriculum's short phase, or the full-law phase."""
+
+    examples: list[tuple[list[int], list[int]]]  # (prompt tokens, response tokens)
+    planned: int  # steps in the schedule (a phase may go on past them: `_phase_goes_on`)
+    short: bool
+    without_tail: list | None  # the examples once the tail leaves (`sft.tail_until_p_long`); None: no tail to leave
+    buckets: tuple[list, list | None] | None  # `sft.bucketed`: the batches of `examples` and of `without_tail`
+
+    def data(self, p: SFTProgress) -> tuple[list[tuple[list[int], list[int]]], list | None]:
+        """The examples the phase trains on now, and their buckets (None: random batches)."""
+        if p.tail_left:
+            return self.without_tail, self.buckets and self.buckets[1]
+        return self.examples, self.buckets and self.buckets[0]
+
+
+def _phase(examples: list, planned: int, short: bool, without_tail: list | None, cfg: SFTConfig) -> Phase:
+    def buckets(data):
+        return bucket_batches([len(a) + len(b) for a, b in data], cfg.batch_tokens, cfg.batch_size)
+
+    bucketed = (buckets(examples), without_tail and buckets(without_tail)) if cfg.bucketed else None
+    return Phase(examples, planned, short, without_tail, bucketed)
+
+
+def _phase_goes_on(p: SFTProgress, phase: Phase, cfg: SFTConfig, bar) -> bool:
+    """Whether the phase trains another step: its planned steps, then as long as its rule says."""
+    if p.taken < phase.planned:
+        return True
+    if phase.short:
+        return _short_phase_goes_on(p.losses, p.taken, cfg, bar)
+    return _full_phase_goes_on(len(p.losses), p.taken, phase.planned, cfg, bar)
+
+
+def _step(model, opt, tok, gen: torch.Generator, p: SFTProgress, phase: Phase, cfg: SFTConfig) -> float:
+    """One training step on a batch of the phase's examples (a random one, or the next bucket of the epoch); its
+    loss goes into `p`. Returns the step's learning rate (held at the phase's last while it goes on past it)."""
+    data, batches = phase.data(p)
+    if batches is not None:
+        if not p.order:  # a new epoch over the buckets, in random order
+            p.order = torch.randperm(len(batches), generator=gen).tolist()
+        idx = batches[p.order.pop()]
+    else:
+        idx = torch.randint(len(data), (cfg.batch_size,), generator=gen).tolist()
+    ids, attn, labels = _batch([data[j] for j in idx], tok.pad_token_id)
+    at = min(p.taken, phase.planned - 1)
+    lr = lr_at(at if phase.short else cfg.short_steps + at, cfg)
+    for g in opt.param_groups:
+        g["lr"] = lr
+    loss = model(input_ids=ids, attention_mask=attn, labels=labels).loss
+    opt.zero_grad(set_to_none=True)
+    loss.backward()
+    torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+    opt.step()
+    p.losses.append(loss.item())
+    p.taken += 1
+    return lr
+
+
+def _checks(model, p: SFTProgress, phase: Phase, checks: list, valid: list, params: SamplingParams,
+            cfg: SFTConfig, bar) -> dict[str, float]:
+    """The full phase's checks due after this step (`sft/p_valid`, `sft/p_long`), and what they decide: the SFT
+    ends (`p.met`), or the tail leaves (`p.tail_left`, a new epoch over the other examples)."""
+    row = {}
+    periodic = bool(cfg.check_every) and p.taken % cfg.check_every == 0
+    if valid and periodic:
+        row["sft/p_valid"] = mean_p_reference(model, valid, params)
+        p.met = _sft_ends(row["sft/p_valid"], len(p.losses), cfg)
+        if p.met:  # the bar ends full: the schedule's length was a plan, not a promise
+            bar.total = len(p.losses)
+    tail_in = phase.without_tail is not None and not p.tail_left
+    if checks and _p_long_due(periodic, tail_in, p.met, p.taken, phase.planned, len(p.losses), cfg):
+        row["sft/p_long"] = mean_p_reference(model, checks, params)
+        if tail_in and _tail_leaves(row["sft/p_long"], len(p.losses), cfg):
+            p.tail_left, p.order = True, []
+    return row
+
+
 class SFTStopped(KeyboardInterrupt):
     """A signal stopped the SFT after a step, whose state is saved in `folder`: the same SFT continues from it."""
 
@@ -248,20 +292,19 @@ class SFTStopped(KeyboardInterrupt):
         self.folder, self.step = folder, step
 
 
-def _examples(tok, cfg: SFTConfig) -> tuple[list[tuple], list, list]:
-    """The SFT's phases, each (examples, planned steps, the short phase?, the examples once the tail leaves: None
-    without a tail to leave), and the validation problems of its checks (`sft/p_long`, `sft/p_valid`)."""
+def _examples(tok, cfg: SFTConfig) -> tuple[list[Phase], list, list]:
+    """The SFT's phases and the validation problems of its checks (`sft/p_long`, `sft/p_valid`)."""
     full = sft_sequences(tok, cfg.num_examples, cfg.seed, cfg.max_size, cfg.task, cfg.alpha, cfg.max_response_tokens,
                          cfg.uniform)
     tail = tail_sequences(tok, round(cfg.tail * cfg.num_examples), cfg.seed, cfg.max_size + 1,
                           cfg.tail_max_size) if cfg.tail else []
     heads = head_sequences(tok, round(cfg.heads * cfg.num_examples), cfg.seed, cfg.head_max_size or cfg.max_size,
                            cfg.head_lines) if cfg.heads else []
-    phases = [(full + tail + heads, cfg.steps - cfg.short_steps, False, full + heads if tail else None)]
+    phases = [_phase(full + tail + heads, cfg.steps - cfg.short_steps, False, full + heads if tail else None, cfg)]
     if cfg.short_steps:  # the curriculum's first phase: short problems only
         short = sft_sequences(tok, cfg.num_examples, cfg.seed, min(cfg.short_max_size, cfg.max_size), cfg.task,
                               cfg.alpha, cfg.max_response_tokens, cfg.uniform)
-        phases.insert(0, (short + heads, cfg.short_steps, True, None))
+        phases.insert(0, _phase(short + heads, cfg.short_steps, True, None, cfg))
     checks = check_sequences(tok, cfg) if cfg.check_every and cfg.task == BuiltinTask.ODOMETER.value else []
     valid = valid_sequences(tok, cfg) if cfg.until_p is not None else []
     return phases, checks, valid
