@@ -81,9 +81,11 @@ def test_an_sft_killed_in_a_step_continues_from_its_last_save_to_the_same_weight
     saved = (killed_at - 1) // 2 * 2
     assert len(_rows(tmp_path / "sft")) == killed_at - 1  # logged past the save: those steps are lost, and redone
     assert (tmp_path / "sft" / STATE_FILE).exists() and not (tmp_path / "sft" / "model").exists()
+    (tmp_path / "sft" / f"{STATE_FILE}.tmp-99999").write_bytes(b"half a save")  # a kill during a save leaves this
     capsys.readouterr()
     done = run_sft(model, cfg, tmp_path / "sft", progress=False)
     assert f"continuing the interrupted SFT in {tmp_path / 'sft'} after its step {saved}" in capsys.readouterr().out
+    assert not (tmp_path / "sft" / f"{STATE_FILE}.tmp-99999").exists()
     _same(_weights(done), _weights(reference))
     assert _rows(tmp_path / "sft") == _rows(tmp_path / "ref")  # losses, learning rates, phases and checks
     if settings is CURRICULUM:

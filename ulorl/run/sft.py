@@ -52,8 +52,8 @@ from ulorl.evaluation.reference import score_pairs
 from ulorl.models import load_model, load_tokenizer
 from ulorl.rollout.engines.base import SamplingParams
 from ulorl.run.console import say
-from ulorl.run.sft_state import (STATE_FILE, SFTProgress, SFTStateError, drop_state, has_state, load_state,
-                                 record_settings, save_state, settings_changes, sft_settings)
+from ulorl.run.sft_state import (STATE_FILE, SFTProgress, SFTStateError, drop_state, drop_unfinished_saves, has_state,
+                                 load_state, record_settings, save_state, settings_changes, sft_settings)
 from ulorl.run.signals import StopOnSignal
 from ulorl.tasks import BuiltinTask, task_rows
 
@@ -314,6 +314,7 @@ def _start(out: Path, settings: dict, model, opt, gen, cfg: SFTConfig) -> SFTPro
     """The progress the SFT in `out` starts from: a fresh one (its settings recorded, metrics.jsonl emptied), or,
     when `out` holds the saved state of an SFT with the same settings, that state (restored into `model`, `opt` and
     `gen`; metrics.jsonl cut back to its steps). A state saved under other settings is refused, never overwritten."""
+    drop_unfinished_saves(out)
     if has_state(out):
         changes = settings_changes(out, settings)
         if changes != []:

@@ -127,3 +127,9 @@ def load_state(folder: Path, model, opt: torch.optim.Optimizer, gen: torch.Gener
 
 def drop_state(folder: Path) -> None:
     (Path(folder) / STATE_FILE).unlink(missing_ok=True)
+
+
+def drop_unfinished_saves(folder: Path) -> None:
+    """Delete the temporary files of saves that a kill cut short (`sft_state.pt.tmp-<pid>`, as large as a state)."""
+    for leftover in Path(folder).glob(f"{STATE_FILE}.tmp-*"):
+        leftover.unlink(missing_ok=True)
