@@ -255,3 +255,22 @@ def test_sft_until_p_ends_at_the_first_check_that_meets_it_or_goes_on_at_the_las
     saved = load_model(str(tmp_path / "cut" / "model"))  # the last check's model, scored again
     assert cut[-1]["sft/p_valid"] == pytest.approx(mean_p_reference(saved, valid, SamplingParams()), rel=1e-5,
                                                     abs=1e-30)
+
+
+def test_a_run_with_a_warm_start_loads_its_data_once(tmp_path, tiny_model_dir, capsys, monkeypatch):
+    """The data is loaded before the SFT (a bad row stops the run before the SFT's minutes) and the session takes
+    that load: each split is read and tokenized once, and its report line is printed once."""
+    import ulorl.run.session as session
+
+    loads = []
+    real = session.load_prompts
+    monkeypatch.setattr(session, "load_prompts", lambda cfg, tok, split: loads.append(split) or real(cfg, tok, split))
+    assert main(["train", "-o", str(tmp_path / "run"), f"model.path={tiny_model_dir}", "sft.steps=2",
+                 "sft.num_examples=8", "sft.batch_size=4", "data.train_size=20", "data.eval_size=2", "eval.k=1",
+                 "eval.pass_k=[1]", "eval.max_new_tokens=4", "rollout.max_response_len=8", "rollout.group_size=2",
+                 "rollout.decode_batch=4", "train.train_groups=1", "train.steps=1", "algo.dynamic_sampling=false",
+                 "logging.progress=false", "logging.loggers=[jsonl]"]) == 0
+    out = capsys.readouterr().out
+    assert loads == ["train", "eval"]
+    assert out.count("train data: builtin:chain: 20/20 rows loaded") == 1 and out.count("eval data: ") == 1
+    assert out.index("SFT warm start (2 steps)") < out.index("train data: ")  # printed when the session starts

@@ -11,6 +11,7 @@
     lock.py         one process per run folder
     samples_log.py  samples.jsonl
     sft.py, sft_report.py   `ulorl sft`: the supervised warm start and its held-out report
+    sft_state.py    the SFT's saved state: an interrupted SFT continues from it
     show.py, plot.py        `ulorl show` and `ulorl plot`: reading a run folder
     export.py       the final checkpoint as a plain Hugging Face folder
 

@@ -9,7 +9,7 @@
 3. the policy to start from (`prepare_model`): the checkpoint's model when resuming (the warm start is
    never redone), else `model.path` or the SFT warm start (`model.warm_start=sft`), made in the run folder,
    continued after an interruption and reused while made with the run's SFT settings; before an SFT the data is
-   loaded once and dropped (`check_data`), so that a bad row stops the run before the SFT's minutes;
+   loaded (`check_data`), so that a bad row stops the run before the SFT's minutes, and the session takes it;
 4. `TrainSession`: loads that policy, builds the parts of the run (by the plain functions at the end
    of this file, in the order the constructor calls them), restores the checkpoint. The seconds of the
    warm start, the prefilter and the rest of the start go into the history's phase times (`add_phase_time`).
@@ -24,6 +24,7 @@ from __future__ import annotations
 import os
 import random
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
@@ -130,13 +131,13 @@ def _open_locked(cfg: RunConfig, run_dir: Path, resume: str | None) -> TrainSess
     set_aside_earlier_run(run_dir)
     # every setting, before the warm start: the start line names this file, and an interrupted SFT leaves it
     atomic_write_text(run_dir / "config.yaml", dump_yaml(cfg))
-    policy, warm_start_s = prepare_model(cfg, run_dir)
+    start = prepare_model(cfg, run_dir)
     started = time.perf_counter()
-    session = TrainSession(cfg, run_dir, policy)
+    session = TrainSession(cfg, run_dir, start.path, data=start.data)
     prefilter = session.history["prefilter"]  # decided in the constructor ({}: data.prefilter off)
     prefilter_s = prefilter.get("seconds", 0.0)
-    if warm_start_s is not None:
-        add_phase_time(session.history, "warm_start", warm_start_s)
+    if start.sft_s is not None:
+        add_phase_time(session.history, "warm_start", start.sft_s)
     if prefilter:
         add_phase_time(session.history, "prefilter", prefilter_s)
     add_phase_time(session.history, "start", max(0.0, time.perf_counter() - started - prefilter_s))
@@ -151,16 +152,33 @@ def add_phase_time(history: dict, phase: str, seconds: float) -> None:
     times[phase] = times.get(phase, 0.0) + seconds
 
 
-def prepare_model(cfg: RunConfig, run_dir: Path) -> tuple[str, float | None]:
-    """Path of the policy a fresh run starts RL from: `model.path`, or the SFT warm start; and the seconds of the
-    SFT when this call trained (None: `model.path`, or a warm start reused).
+@dataclass
+class LoadedData:
+    """The prompts of each split (`load_data`) and the report lines their loading would have printed."""
+
+    splits: dict[str, list[PromptRecord]]
+    lines: list[str]
+
+
+@dataclass
+class StartingPolicy:
+    """What a fresh run starts RL from (`prepare_model`)."""
+
+    path: str  # `model.path`, or the SFT warm start's model folder
+    sft_s: float | None = None  # seconds of the SFT this start trained (None: none trained)
+    data: LoadedData | None = None  # loaded before that SFT, to check it: the session takes it as it is
+
+
+def prepare_model(cfg: RunConfig, run_dir: Path) -> StartingPolicy:
+    """The policy a fresh run starts RL from: `model.path`, or the SFT warm start; when this call trains the SFT,
+    its seconds and the data loaded before it (a bad row stops the run before the SFT's minutes).
 
     The warm start is made in `RUN/warm_start.partial/` and renamed to `RUN/warm_start/` when its model is written.
     A complete warm start is reused when it was made with this run's SFT settings (`sft_settings`), else moved aside
     into `RUN/earlier-<time>/` and made again; an interrupted one continues from its last saved state under the
     same settings (`ulorl.run.sft_state`), else is moved aside and started over."""
     if cfg.model.warm_start == "none":
-        return cfg.model.path, None
+        return StartingPolicy(cfg.model.path)
     done, partial = run_dir / WARM_START, run_dir / f"{WARM_START}.partial"
     settings = sft_settings(cfg.model, cfg.sft, cfg.eval.sampling())
     if model_written(done / "model"):
@@ -168,16 +186,17 @@ def prepare_model(cfg: RunConfig, run_dir: Path) -> tuple[str, float | None]:
         if not changes:
             unrecorded = " (its settings are not recorded: it is taken as it is)" if changes is None else ""
             say(f"reusing the SFT warm start in {done / 'model'}{unrecorded}")
-            return str(done / "model"), None
+            return StartingPolicy(str(done / "model"))
         say(f"the SFT warm start in {done} was made with other settings ({'; '.join(changes)}): it is made again")
         set_aside_earlier_run(run_dir, (WARM_START,))
     if partial.exists() and settings_changes(partial, settings):
         say(f"the interrupted SFT warm start in {partial} has other settings: it is started over")
         set_aside_earlier_run(run_dir, (partial.name,))
-    started = time.perf_counter()
+    started, data = time.perf_counter(), None
     if not finished(partial):  # else written, not yet renamed
         # the data the RL will load and what its engine checks at start, before the minutes of SFT
-        check_engine_fits(cfg, check_data(cfg)["train"])
+        data = check_data(cfg)
+        check_engine_fits(cfg, data.splits["train"])
         say(f"SFT warm start ({cfg.sft.length_text}) -> {done}")
         try:
             run_sft(cfg.model, cfg.sft, partial, progress=cfg.logging.progress, check_params=cfg.eval.sampling())
@@ -185,7 +204,7 @@ def prepare_model(cfg: RunConfig, run_dir: Path) -> tuple[str, float | None]:
             say(f"the same command continues it: {resume_command(run_dir)}")
             raise
     replace_path(partial, done)
-    return str(done / "model"), time.perf_counter() - started
+    return StartingPolicy(str(done / "model"), time.perf_counter() - started, data)
 
 
 # what a run writes into its folder; a fresh start moves an earlier run's copies aside (never truncates them).
@@ -223,15 +242,19 @@ class TrainSession:
     """The run in `run_dir`, starting from the model folder `policy`; `checkpoint` (`load_checkpoint`'s dict,
     see `open_session`): the state to continue from, None for a fresh start."""
 
-    def __init__(self, cfg: RunConfig, run_dir: str | Path, policy: str, checkpoint: dict | None = None) -> None:
+    def __init__(self, cfg: RunConfig, run_dir: str | Path, policy: str, checkpoint: dict | None = None,
+                 data: LoadedData | None = None) -> None:
         from ulorl.logging import make_loggers
 
         self.cfg, self.run_dir = cfg, Path(run_dir)
         self.ckpt_root = self.run_dir / CHECKPOINTS
         self.tokenizer, self.model = load_policy(cfg, policy)
         seed_everything(cfg.train.seed)  # after the warm start and model creation, which seed torch themselves
-        data = load_data(cfg, self.tokenizer)
-        train_prompts, self.eval_prompts = data["train"], data["eval"]
+        if data is None:  # else loaded before the SFT, with the tokenizer that the SFT kept
+            data = check_data(cfg, tokenizer=self.tokenizer)
+        for line in data.lines:
+            say(line)
+        train_prompts, self.eval_prompts = data.splits["train"], data.splits["eval"]
         # data.prefilter: judged by the starting policy at a fresh start, read back from the run folder on resume
         train_prompts, prefilter = apply_prefilter(cfg, self.run_dir, self.model, self.tokenizer, train_prompts,
                                                    fresh=not checkpoint)
@@ -345,7 +368,8 @@ def load_policy(cfg: RunConfig, policy: str):
 def load_data(cfg: RunConfig, tokenizer, splits: tuple[str, ...] = ("train", "eval"),
               show=say) -> dict[str, list[PromptRecord]]:
     """The prompts of each of `splits` (an empty list for eval when `data.eval` is null); each split's report goes to
-    `show`. With `eval.reference`, every eval row the exact measure scores is checked to carry its worked solution."""
+    `show`. With `eval.reference`, every eval row the exact measure scores is checked to carry its worked solution;
+    every row holds the `extra_info` keys a batch reward function requires (`RewardConfig.check_rows`)."""
     loaded = {}
     for split in splits:
         loaded[split] = []
@@ -359,12 +383,15 @@ def load_data(cfg: RunConfig, tokenizer, splits: tuple[str, ...] = ("train", "ev
     return loaded
 
 
-def check_data(cfg: RunConfig, splits: tuple[str, ...] = ("train", "eval")) -> dict[str, list[PromptRecord]]:
-    """Load `splits` as the run will (`load_data`), with `model.path`'s tokenizer, which an SFT keeps, and return
-    them. An SFT is preceded by this: a bad row (`data.on_bad_row=error`), a prompt the chat template refuses, a split
-    that `data.max_prompt_len` leaves empty or an eval row without its worked solution then stops the run at once,
-    not after the minutes of the SFT. `check_sources` only knows that the files are there and readable by name."""
-    return load_data(cfg, load_tokenizer(cfg.model.path, cfg.model.trust_remote_code), splits, show=lambda line: None)
+def check_data(cfg: RunConfig, splits: tuple[str, ...] = ("train", "eval"), tokenizer=None) -> LoadedData:
+    """Load `splits` as the run will (`load_data`; `tokenizer` default: `model.path`'s, which an SFT keeps), their
+    report lines kept for the caller to print. An SFT is preceded by this, and its run takes the result: a bad row
+    (`data.on_bad_row=error`), a prompt the chat template refuses, a split that `data.max_prompt_len` leaves empty or
+    an eval row without its worked solution then stops the run at once, not after the minutes of the SFT.
+    `check_sources` only knows that the files are there and readable by name."""
+    lines: list[str] = []
+    tokenizer = tokenizer or load_tokenizer(cfg.model.path, cfg.model.trust_remote_code)
+    return LoadedData(load_data(cfg, tokenizer, splits, show=lines.append), lines)
 
 
 def check_engine_fits(cfg: RunConfig, train_prompts: list[PromptRecord]) -> None:
