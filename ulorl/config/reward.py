@@ -17,8 +17,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from dataclasses import dataclass, field
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
 from ulorl.config.checks import share
@@ -148,9 +148,9 @@ class RewardConfig:
     """Soft-penalty buffer length in tokens (``soft_penalty`` needs > 0)."""
 
     def __post_init__(self) -> None:
-        check_field_types(self, "reward.", skip=("fn",))
         self.fns = [build(RewardFnConfig, f, f"reward.fns[{i}].") if isinstance(f, dict) else f
                     for i, f in enumerate(self.fns)]
+        check_field_types(self, "reward.", skip=("fn",))
         if self.fns:
             if self.fn != BuiltinReward.RULE.value:
                 raise ConfigError(f"reward.fn={self.fn!r} and reward.fns are both set: set either reward.fn or "
