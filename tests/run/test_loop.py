@@ -132,3 +132,20 @@ def test_train_threads_sets_the_process_thread_count_before_any_work(tmp_path, f
             s.close()
     finally:
         torch.set_num_threads(before)
+
+
+def test_a_step_without_a_token_in_the_loss_says_so_and_counts_zero_tokens(tmp_path, capsys):
+    """`reward.overlong=filter` with every answer cut at L: no token is trained. The step reports 0 response
+    tokens (it reported 1, the divisor's floor) and a warning, not a silent entropy of 0."""
+    from ulorl.cli import main
+
+    assert main(["train", "-o", str(tmp_path / "run"), "model.warm_start=none", "data.train_size=20",
+                 "data.eval=null", "rollout.max_response_len=4", "rollout.group_size=2", "rollout.decode_batch=4",
+                 "train.train_groups=1", "train.steps=1", "algo.dynamic_sampling=false", "logging.progress=false",
+                 "logging.loggers=[jsonl]", "reward.overlong=filter", "reward.num_workers=1"]) == 0
+    row = json.loads((tmp_path / "run" / "metrics.jsonl").read_text().splitlines()[0])
+    if row["response_length/clip_ratio"] < 1:  # the random tiny model ended an answer within 4 tokens: no claim
+        pytest.skip("an answer ended before L; the case needs every answer cut")
+    assert row["actor/response_tokens"] == 0.0 and row["actor/grad_norm"] == 0.0
+    assert "warning: step 1: no response token was in the loss (every sample masked out, e.g. reward.overlong=filter " \
+           "on answers cut at rollout.max_response_len)" in capsys.readouterr().out

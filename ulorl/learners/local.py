@@ -135,7 +135,8 @@ class LocalLearner:
         mbs = self.micro_batches(trajs, advantages, version, loss_keep)
         local = torch.tensor([sum(int(mb.response_mask.sum()) for mb in mbs),
                               sum(int(mb.response_mask.any(-1).sum()) for mb in mbs)], dtype=torch.float64)
-        n_tokens, n_seqs = (max(int(x), 1) for x in self._global_sum(local))  # over all ranks
+        trained_tokens, n_seqs = (int(x) for x in self._global_sum(local))  # over all ranks
+        n_tokens, n_seqs = max(trained_tokens, 1), max(n_seqs, 1)  # divisors: a batch without a token adds nothing
         denom = n_tokens if self.algo.loss_agg == "token-mean" else n_seqs
         self.model.train()
         self.optimizer.zero_grad(set_to_none=True)
@@ -166,7 +167,7 @@ class LocalLearner:
         sums = self._merge_metrics(sums)
         out = {k: v / n_tokens for k, v in sums.items() if not k.startswith("_")}
         out.update({k: v for k, v in sums.items() if k.startswith("_")})
-        return _finish_metrics(out, grad_norm, skipped, n_tokens, self.optimizer.param_groups[0]["lr"])
+        return _finish_metrics(out, grad_norm, skipped, trained_tokens, self.optimizer.param_groups[0]["lr"])
 
     def micro_batches(self, trajs: list[Trajectory], advantages: torch.Tensor, version: int,
                       loss_keep: list[bool] | None) -> list[MicroBatch]:

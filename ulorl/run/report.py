@@ -14,6 +14,7 @@ from pathlib import Path
 from ulorl.evaluation.metrics import length_stats, z_text
 from ulorl.run.held_out import paired_by_length, solution_tokens
 from ulorl.run.checkpoint import resume_command
+from ulorl.run.console import say
 from ulorl.run.numerics import numerics_line, numerics_report
 from ulorl.run.session import TrainSession
 from ulorl.trajectory import Trajectory
@@ -39,6 +40,10 @@ def step_metrics(session: TrainSession, batch: list[Trajectory], update: dict, c
     lengths = [t.response_len for t in batch]
     count_into(session.history["segments_hist"], Counter(len(t.segments) for t in batch))
     session.history["entropy"].append(round(update["actor/entropy"], 5))
+    if not update["actor/response_tokens"]:
+        say(f"warning: step {session.step}: no response token was in the loss (every sample masked out, e.g. "
+            f"reward.overlong={session.cfg.reward.overlong} on answers cut at rollout.max_response_len): its gradient "
+            "is zero, and its entropy and grad norm are 0 by default, not measured")
     return {
         **update,
         "critic/score/mean": sum(t.reward for t in batch) / len(batch),
