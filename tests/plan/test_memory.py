@@ -127,3 +127,29 @@ def test_lengths_k_keeps_an_empty_item_out():
 
     assert parse_lengths_k("32, 64,") == [32768, 65536] and parse_lengths_k("0.5") == [512]
     assert set(KNOWN_SHAPES) == {"qwen3-4b", "qwen3-30b-a3b", "qwen2.5-0.5b"}
+
+
+def test_a_model_config_the_planner_cannot_size_is_one_line(tmp_path, capsys):
+    """A `config.json` without the decoder's sizes, or not JSON, was a TypeError / JSONDecodeError traceback; a
+    multimodal config is sized by its `text_config`; the built-in model's count is readable (it printed 0.00B)."""
+    from ulorl.cli import main
+
+    def plan(argv):
+        return main(["plan", *argv])
+
+    cases = {"empty": "{}", "notjson": "nope", "list": "[1]"}
+    for name, text in cases.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text(text)
+    shape = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "vocab_size": 100,
+             "intermediate_size": 128}
+    (tmp_path / "vl").mkdir()
+    (tmp_path / "vl" / "config.json").write_text(json.dumps({"model_type": "qwen2_5_vl", "text_config": shape}))
+    for name, message in (("empty", "lacks num_hidden_layers, hidden_size, num_attention_heads, vocab_size"),
+                          ("notjson", "config.json is not JSON (Expecting value"), ("list", "holds list, not a model")):
+        assert plan(["--memory", "--model", str(tmp_path / name)]) == 2
+        assert message in capsys.readouterr().err
+    assert plan(["--memory", "--model", str(tmp_path / "vl")]) == 0
+    assert load_shape(str(tmp_path / "vl")) == ModelShape.from_config({"model_type": "qwen2_5_vl", **shape})
+    assert plan(["--memory", "--model", "builtin"]) == 0
+    assert "model builtin: 795.71K parameters" in capsys.readouterr().out

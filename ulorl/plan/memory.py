@@ -116,7 +116,22 @@ def load_shape(name: str) -> ModelShape:
     if not path.exists():
         raise ValueError(f"--model {name!r}: not one of {sorted(KNOWN_SHAPES)}, builtin[:preset], or a folder "
                          "with a config.json")
-    return ModelShape.from_config(json.loads(path.read_text()))
+    try:
+        cfg = json.loads(path.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError) as e:
+        raise ValueError(f"--model {name!r}: {path} is not JSON ({e})") from None
+    if not isinstance(cfg, dict):
+        raise ValueError(f"--model {name!r}: {path} holds {type(cfg).__name__}, not a model config")
+    if isinstance(cfg.get("text_config"), dict):  # a multimodal model: its language model's shape
+        cfg = {"model_type": cfg.get("model_type"), **cfg["text_config"]}
+    missing = [k for k in SHAPE_KEYS if not isinstance(cfg.get(k), int)]
+    if missing:
+        raise ValueError(f"--model {name!r}: {path} lacks {', '.join(missing)} (a decoder model's config has "
+                         "them); the planner sizes Llama, Qwen2, Qwen3 and Qwen3-MoE shapes")
+    return ModelShape.from_config(cfg)
+
+
+SHAPE_KEYS = ("num_hidden_layers", "hidden_size", "num_attention_heads", "vocab_size")  # `from_config` needs these
 
 
 @dataclass(frozen=True)

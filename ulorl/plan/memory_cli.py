@@ -90,7 +90,7 @@ def run_memory(args) -> int:
         print(json.dumps({"model": args.model, "params": shape.params, "rows": rows, "fits": fits,
                           "gpu_gib": args.gpu_gib}))
         return 0
-    print(f"model {args.model}: {shape.params / 1e9:.2f}B parameters, {shape.layers} layers, hidden {shape.hidden}, "
+    print(f"model {args.model}: {_count(shape.params)} parameters, {shape.layers} layers, hidden {shape.hidden}, "
           f"{shape.heads}/{shape.kv_heads} heads; dtype {args.dtype}{' + bf16 autocast' if args.autocast else ''}, "
           f"checkpointing {'on' if args.checkpointing else 'off'}, offload {'on' if args.offload else 'off'}, "
           f"R={args.sp}, FSDP ranks {args.fsdp_ranks}")
@@ -107,3 +107,11 @@ def run_memory(args) -> int:
                   f"offload {'on' if f['offload'] else 'off'}, R={f['sequence_parallel']}: "
                   f"{f['device_gib']:.1f} GiB")
     return 0
+
+
+def _count(n: int) -> str:
+    """`4.02B`, `795.71K`: a billion-parameter model and the built-in one both readable."""
+    for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "K")):
+        if n >= size:
+            return f"{n / size:.2f}{unit}"
+    return str(n)
