@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import importlib
+import importlib.util
 import json
 import os
 import random
@@ -138,6 +139,9 @@ def main(argv: list[str] | None = None) -> None:
         args = sys.argv[1:] if argv is None else argv
         os.execve(sys.executable, [sys.executable, os.path.abspath(__file__), *args],
                   {**os.environ, "PYTHONHASHSEED": "0"})
+    if importlib.util.find_spec("mathematics_dataset") is None:
+        raise SystemExit("mathematics_dataset is not installed: bash scripts/setup.sh --real (or pip install "
+                         "mathematics-dataset)")
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--out", default="runs/smollm2_math/data", help="folder for train.jsonl and heldout.jsonl")
     p.add_argument("--seed", type=int, default=0)

@@ -40,7 +40,11 @@ def packaged_gguf() -> Path:
 
 def write_champ(path: Path, max_answer_chars: int = 12) -> int:
     """CHAMP problems whose reference answers are short (numbers, small expressions), as JSONL rows."""
-    import champ_dataset
+    try:
+        import champ_dataset
+    except ImportError:
+        raise SystemExit("champ_dataset is not installed: bash scripts/setup.sh --real (or pip install "
+                         "champ-dataset)") from None
 
     problems = champ_dataset.load("v0").problems.values()
     rows = [{"prompt": p.text, "answer": p.answer, "data_source": "champ", "extra_info": {"id": p.identifier}}
@@ -53,7 +57,9 @@ def write_champ(path: Path, max_answer_chars: int = 12) -> int:
 def ulorl(*args: str) -> None:
     cmd = [sys.executable, "-m", "ulorl.cli", *args]
     print("$ ulorl " + " ".join(args), flush=True)
-    subprocess.run(cmd, check=True)
+    done = subprocess.run(cmd)
+    if done.returncode:  # the command printed its own error: no traceback of this script on top
+        raise SystemExit(done.returncode)
 
 
 def main(argv: list[str] | None = None) -> None:

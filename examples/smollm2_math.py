@@ -23,8 +23,11 @@ LORA = ["model.lora.rank=16", "model.lora.alpha=32", "train.lr=1e-4"]
 
 
 def run(*cmd: str) -> None:
+    """Run `cmd`; a failure ends this script with its exit status (the command printed its own error)."""
     print("$ " + " ".join(cmd), flush=True)
-    subprocess.run(cmd, check=True)
+    done = subprocess.run(cmd)
+    if done.returncode:
+        raise SystemExit(done.returncode)
 
 
 def main(argv: list[str] | None = None) -> None:
