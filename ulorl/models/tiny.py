@@ -30,7 +30,7 @@ from ulorl.models.tokenizer import build_tokenizer
 
 @dataclass
 class TinyModelSpec:
-    """Size of the built-in model (defaults: ~0.65M parameters, fast on 2 CPU cores)."""
+    """Size of the built-in model (defaults: 795,712 parameters, fast on 2 CPU cores)."""
 
     hidden_size: int = 128
     num_layers: int = 3

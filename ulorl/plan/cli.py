@@ -6,7 +6,7 @@
 
 Length distribution: `--lengths-from RUN_DIR` (its samples.jsonl, resampled by whole groups; settings default to
 the run's config.yaml) or `--lengths SPEC` (see `ulorl.plan.lengths`). Cost model: `--cost FILE.json`,
-`--calibrate` (measure this machine with the built-in model, ~1-2 min), or `--fit-table M=seconds,...` (fit the
+`--calibrate` (measure this machine with the built-in model, ~20-30 s), or `--fit-table M=seconds,...` (fit the
 `--fit-free` fields to measured step times, the others from `--cost` or zero; the fit is always on `sync`
 steps, how the measured runs ran). `--pipeline sync | overlap | both`: how rollout and update share a step
 (`train.pipeline`, `ulorl.config.PipelineMode`); `both` prints the two predictions side by side with the overlap bound.

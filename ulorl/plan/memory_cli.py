@@ -29,7 +29,9 @@ def add_memory_arguments(p: argparse.ArgumentParser) -> None:
     g.add_argument("--offload", action="store_true", help="model.activation_offload")
     g.add_argument("--sp", type=int, default=1, help="train.sequence_parallel R (default 1)")
     g.add_argument("--fsdp-ranks", type=int, default=1, help="ranks sharing weights/gradients/AdamW (fsdp2)")
-    g.add_argument("--logit-chunk", type=int, default=4096, help="train.logit_chunk (default 4096)")
+    g.add_argument("--logit-chunk", type=int, default=4096,
+                   help="train.logit_chunk to plan for (default 4096, as the GPU presets set it; the config's own "
+                   "default is 1024)")
     g.add_argument("--single-micro-batch", action="store_true",
                    help="the update is one micro-batch (as benchmarks/bench_learner_long.py measures); default: "
                         "an RL update of several, where every gradient is held from the second on")
