@@ -256,6 +256,31 @@ def test_cli_plans_from_a_run_folder(tmp_path, capsys):
     assert CostModel.load(tmp_path / "fit.json").decode_fixed > 0
 
 
+def test_a_fit_that_misses_its_table_and_lengths_cut_by_the_run_are_noted(tmp_path, capsys):
+    """Two notes on stderr: a cost model fitted to `--fit-table` that cannot reproduce it (its rows were 12 s for
+    a table of 10 s and 20 s, silently), and a run's answers cut at its own L planned at a larger --max-len."""
+    lengths = ["--lengths", "lognormal:median=100,sigma=0.8", "--max-len", "1024", "--steps", "5", "--warmup", "2",
+               "--segments", "1,2"]
+    assert main(["plan", *lengths, "--fit-table", "1=10,2=20"]) == 0
+    assert "ulorl plan: note: the fitted cost model does not reproduce --fit-table (M=1: " in capsys.readouterr().err
+    assert main(["plan", *lengths, "--fit-table", "1=10,2=9"]) == 0  # one it can reproduce: no note
+    assert "note" not in capsys.readouterr().err
+    run = write_run(tmp_path)
+    with open(run / "samples.jsonl", "a") as f:  # 2 groups of 4 cut at the run's L = 160: 8 of 56 answers
+        for g in range(12, 14):
+            f.write("".join(json.dumps({"sample_id": f"g{g}/{k}", "group_id": f"g{g}", "step": 1, "status": "trained",
+                                        "response_length": 160}) + "\n" for k in range(4)))
+    cost = tmp_path / "cost.json"
+    CostModel(decode_fixed=0.008, decode_row=1e-4, prefill_token=7e-5, update_fixed=0.5).save(cost)
+    args = ["plan", "--lengths-from", str(run), "--cost", str(cost), "--segments", "1,2", "--steps", "4",
+            "--warmup", "2"]
+    assert main([*args, "--max-len", "640"]) == 0
+    assert (f"ulorl plan: note: {run} ran with rollout.max_response_len=160, and 14% of its answers were cut there: "
+            "planned for --max-len 640, they still end at 160") in capsys.readouterr().err
+    assert main(args) == 0  # at the run's own L: nothing to say
+    assert "note" not in capsys.readouterr().err
+
+
 def test_cli_pipeline_both_and_overlap(tmp_path, capsys):
     # every answer 40 tokens (L=160, G=8, 64 rows, 8 groups): 40 decode iterations per step at every M.
     # decode 0.1 s -> generation 4.0 s; update 3.0 s; --sync-s 0.5: sync 4 + 3 + 0.5 = 7.5 s, overlap

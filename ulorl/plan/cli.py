@@ -123,6 +123,23 @@ def engine_mismatch(run_dir: str, cost: CostModel) -> str | None:
             f"{fix}")
 
 
+FIT_TOLERANCE = 0.1  # a fitted cost model that misses a measured step by more than this share is said to
+
+
+def fit_note(rows, table: dict[int, float]) -> str | None:
+    """A note when the cost model fitted to `table` (M -> measured seconds) does not reproduce it: its fields cannot
+    (the cost of a step is not a sum of the free fields' terms over these counts), and the plan is no better."""
+    predicted = {r.M: r.step_s for r in rows if r.M in table}
+    misses = {m: predicted[m] / s - 1 for m, s in table.items() if m in predicted}
+    worst = max(misses, key=lambda m: abs(misses[m]), default=None)
+    if worst is None or abs(misses[worst]) <= FIT_TOLERANCE:
+        return None
+    pairs = ", ".join(f"M={m}: {predicted[m]:.3g} s for {table[m]:.3g} s" for m in sorted(table))
+    return (f"ulorl plan: note: the fitted cost model does not reproduce --fit-table ({pairs}; {misses[worst]:+.0%} "
+            f"at M={worst}): the free fields (--fit-free) cannot, so these step times are not the table's; free "
+            "other fields, or measure a cost file (--calibrate)")
+
+
 def _parse_table(text: str) -> dict[int, float]:
     table = {}
     for item in filter(None, (s.strip() for s in text.split(","))):
@@ -143,6 +160,13 @@ def build_workload(args) -> tuple[Workload, str]:
     if args.lengths_from:
         dist = lengths_from_run(args.lengths_from)
         defaults.update(_run_settings(Path(args.lengths_from)))
+        run_len = defaults.get("max_len")
+        if run_len and args.max_len and args.max_len > run_len and dist.groups:
+            cut = sum(n >= run_len for g in dist.groups for n in g) / sum(len(g) for g in dist.groups)
+            if cut:
+                print(f"ulorl plan: note: {args.lengths_from} ran with rollout.max_response_len={run_len}, and "
+                      f"{cut:.0%} of its answers were cut there: planned for --max-len {args.max_len}, they still "
+                      f"end at {run_len} (how long they would have run is unknown)", file=sys.stderr)
     else:
         dist = parse_lengths(args.lengths)
     vals = {k: getattr(args, k) if getattr(args, k) is not None else defaults.get(k)
@@ -216,6 +240,8 @@ def run_plan(args) -> int:
         cost.save(args.save_cost)
     modes = list(PipelineMode) if args.pipeline == "both" else [PipelineMode(args.pipeline)]
     by_mode = {m: predict(sims, cost, m) for m in modes}
+    if table and (note := fit_note(by_mode.get(PipelineMode.SYNC) or predict(sims, cost, PipelineMode.SYNC), table)):
+        print(note, file=sys.stderr)
     recs = {m: recommend(rows, args.tolerance) for m, rows in by_mode.items()}
     first = modes[0]
     if args.json:
