@@ -447,3 +447,19 @@ def test_a_run_whose_config_does_not_read_is_one_line(tmp_path, capsys, text, wo
     assert main(["plan", "--lengths-from", str(run), "--fit-table", "1=2", "--steps", "2", "--warmup", "1"]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("ulorl plan: error: ") and words in err[0], err
+
+
+def test_options_of_the_other_mode_are_named_as_ignored_and_two_cost_models_refused(capsys):
+    """`--memory` ignored --cost, --segments and --max-len, and time planning ignored --checkpointing, silently;
+    `--cost FILE --calibrate` dropped the file and calibrated."""
+    assert main(["plan", "--memory", "--model", "builtin", "--lengths-k", "1", "--cost", "x.json", "--segments",
+                 "1,2", "--max-len", "9"]) == 0
+    assert "ulorl plan: note: ignored with --memory (they plan step times): --max-len, --segments, --cost" in \
+        capsys.readouterr().err
+    assert main(["plan", "--lengths", "fixed:length=64", "--max-len", "128", "--fit-table", "1=1", "--segments", "1",
+                 "--checkpointing", "--steps", "3", "--warmup", "1"]) == 0
+    assert "ulorl plan: note: ignored without --memory (they plan memory): --checkpointing" in capsys.readouterr().err
+    assert main(["plan", "--lengths", "fixed:length=64", "--max-len", "128", "--cost", "x.json", "--calibrate"]) == 2
+    assert "--cost and --calibrate are two cost models: give one" in capsys.readouterr().err
+    assert main(["plan", "--memory", "--model", "builtin", "--lengths-k", "1"]) == 0  # defaults only: no note
+    assert "note" not in capsys.readouterr().err

@@ -32,7 +32,7 @@ class PlanError(ValueError):
     """Bad `ulorl plan` input; the message names the option or field."""
 
 
-def add_plan_arguments(p: argparse.ArgumentParser) -> None:
+def add_plan_arguments(p: argparse.ArgumentParser, memory: bool = True) -> None:
     src = p.add_mutually_exclusive_group()  # one of them is required: `run_plan` says so in one line
     src.add_argument("--lengths-from", metavar="RUN_DIR", help="a run folder: response lengths from samples.jsonl")
     src.add_argument("--lengths", metavar="SPEC", help="lognormal:median=..,sigma=..[,max=..,rho=..] | "
@@ -75,7 +75,8 @@ def add_plan_arguments(p: argparse.ArgumentParser) -> None:
     sim.add_argument("--tolerance", type=float, default=0.05,
                      help="recommend the smallest M within this fraction of the fastest (default 0.05)")
     p.add_argument("--json", action="store_true", help="print one JSON object instead of the table")
-    add_memory_arguments(p)
+    if memory:
+        add_memory_arguments(p)
 
 
 def _run_config(run_dir: Path) -> tuple[dict, dict]:
@@ -186,9 +187,24 @@ def build_workload(args) -> tuple[Workload, str]:
     return w, dist.describe()
 
 
+def _given(args, add_options, skip: tuple[str, ...] = ()) -> list[str]:
+    """The flags that `add_options` adds (but `skip`'s destinations) set to other than their defaults."""
+    probe = argparse.ArgumentParser(add_help=False)
+    add_options(probe)
+    defaults = vars(probe.parse_args([]))
+    return [a.option_strings[0] for a in probe._actions if a.dest in defaults and a.dest not in skip
+            and getattr(args, a.dest, defaults[a.dest]) != defaults[a.dest]]
+
+
 def run_plan(args) -> int:
     if getattr(args, "memory", False):
+        if ignored := _given(args, lambda p: add_plan_arguments(p, memory=False), ("lengths_from", "lengths",
+                                                                                   "memory", "json")):
+            print(f"ulorl plan: note: ignored with --memory (they plan step times): {', '.join(ignored)}",
+                  file=sys.stderr)
         return run_memory(args)
+    if ignored := _given(args, add_memory_arguments):
+        print(f"ulorl plan: note: ignored without --memory (they plan memory): {', '.join(ignored)}", file=sys.stderr)
     if not (args.lengths_from or args.lengths):
         print("ulorl plan: error: give where the answer lengths come from: --lengths-from RUN_DIR (a run's samples) "
               "or --lengths SPEC (a distribution); or --memory for memory instead of time. `ulorl plan --help` ends "
@@ -214,6 +230,8 @@ def run_plan(args) -> int:
                                 f"{', '.join(FEATURES.values())}")
             if set(table) - set(segments):
                 raise PlanError(f"--fit-table: M={sorted(set(table) - set(segments))} not in --segments {segments}")
+        if args.cost and args.calibrate:
+            raise PlanError("--cost and --calibrate are two cost models: give one (--calibrate measures this machine)")
         cost = CostModel.load(args.cost) if args.cost else CostModel()
         if not (args.cost or args.calibrate or table):
             raise PlanError("give a cost model: --cost FILE, --calibrate or --fit-table M=seconds,...")
