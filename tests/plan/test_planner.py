@@ -456,8 +456,8 @@ def test_options_of_the_other_mode_are_named_as_ignored_and_two_cost_models_refu
                  "1,2", "--max-len", "9"]) == 0
     assert "ulorl plan: note: ignored with --memory (they plan step times): --max-len, --segments, --cost" in \
         capsys.readouterr().err
-    assert main(["plan", "--lengths", "fixed:length=64", "--max-len", "128", "--fit-table", "1=1", "--segments", "1",
-                 "--checkpointing", "--steps", "3", "--warmup", "1"]) == 0
+    assert main(["plan", "--lengths", "fixed:length=64", "--max-len", "128", "--fit-table", "1=1,2=2", "--segments",
+                 "1,2", "--checkpointing", "--steps", "3", "--warmup", "1"]) == 0
     assert "ulorl plan: note: ignored without --memory (they plan memory): --checkpointing" in capsys.readouterr().err
     assert main(["plan", "--lengths", "fixed:length=64", "--max-len", "128", "--cost", "x.json", "--calibrate"]) == 2
     assert "--cost and --calibrate are two cost models: give one" in capsys.readouterr().err
