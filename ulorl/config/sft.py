@@ -12,7 +12,7 @@ from ulorl.tasks.odometer import MAX_STEPS as ODOMETER_MAX_STEPS
 
 @dataclass
 class SFTConfig:
-    steps: int = 300
+    steps: int = 300  # the schedule's length; with until_p the SFT ends at a check or goes on to max_steps
     batch_size: int = 32  # sequences per batch (the cap per batch when bucketed)
     bucketed: bool = False  # length-bucketed batches under batch_tokens (faster, learns less reliably)
     batch_tokens: int = 1536  # padded tokens per bucketed batch
