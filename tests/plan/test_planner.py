@@ -463,3 +463,12 @@ def test_options_of_the_other_mode_are_named_as_ignored_and_two_cost_models_refu
     assert "--cost and --calibrate are two cost models: give one" in capsys.readouterr().err
     assert main(["plan", "--memory", "--model", "builtin", "--lengths-k", "1"]) == 0  # defaults only: no note
     assert "note" not in capsys.readouterr().err
+
+
+def test_lengths_from_an_sft_run_names_the_folder_kind(tmp_path):
+    (tmp_path / "sft" / "model").mkdir(parents=True)
+    (tmp_path / "sft" / "model" / "config.json").write_text("{}")
+    (tmp_path / "sft" / "sft_report.json").write_text("{}")
+    (tmp_path / "sft" / "metrics.jsonl").write_text('{"step": 1, "sft/loss": 1.0}\n')
+    with pytest.raises(LengthSpecError, match=r"a `ulorl sft` run, which samples no answers to plan from"):
+        lengths_from_run(tmp_path / "sft")

@@ -154,6 +154,9 @@ def lengths_from_run(run_dir: str | Path) -> LengthDistribution:
         what = "a file, not a run folder" if run.exists() else "no such folder"
         raise LengthSpecError(f"--lengths-from {run}: {what} (give the folder of a `ulorl train` run)")
     samples = run / "samples.jsonl"
+    if not samples.exists() and (run / "model" / "config.json").is_file() and (run / "sft_report.json").is_file():
+        raise LengthSpecError(f"--lengths-from {run}: a `ulorl sft` run, which samples no answers to plan from; "
+                              "give the folder of a `ulorl train` run, or --lengths SPEC")
     if samples.exists():
         groups: dict[str, list[int]] = {}
         for i, line in enumerate(samples.read_text().splitlines(), 1):
