@@ -95,10 +95,10 @@ def check_gguf_file(gguf: Path) -> None:
 
 def gguf_model_dir(gguf: Path) -> Path:
     """The Hugging Face folder converted from `gguf`: made on first use, reused after."""
-    from ulorl.models.loading import convert_gguf
+    from ulorl.models.loading import convert_gguf, model_written
 
     out = converted_dir(gguf)
-    if (out / "config.json").exists() and (out / "model.safetensors").exists():
+    if model_written(out):
         return out
     check_gguf_file(gguf)
     missing = [m for m in ("gguf", "accelerate") if importlib.util.find_spec(m) is None]

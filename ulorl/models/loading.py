@@ -25,6 +25,11 @@ BUILTIN = "builtin"
 _DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
 
+def model_written(folder: str | Path) -> bool:
+    """Whether `folder` holds a saved model: its config and its weights (one safetensors shard, as ulorl saves)."""
+    return (Path(folder) / "config.json").is_file() and (Path(folder) / "model.safetensors").is_file()
+
+
 def is_builtin(path: str | os.PathLike) -> bool:
     """Whether `model.path` names the built-in tiny model: `builtin` or `builtin:<preset>`."""
     return str(path) == BUILTIN or str(path).startswith(BUILTIN + ":")
@@ -43,7 +48,7 @@ def resolve_model_path(path: str | os.PathLike, key: str = "model.path") -> Path
         preset = str(path).partition(":")[2] or "default"
         spec = tiny_preset(preset)
         d = builtin_model_dir(preset)
-        if not (d / "config.json").exists() or not (d / "model.safetensors").exists():
+        if not model_written(d):
             tmp = d.with_name(d.name + f".tmp{os.getpid()}")
             build_tiny_model(tmp, spec)
             tmp.replace(d) if not d.exists() else None
@@ -180,7 +185,7 @@ def convert_gguf(gguf_path: str | os.PathLike, out_dir: str | os.PathLike, dtype
     conversion never leaves a half folder; an existing complete folder is returned as it is.
     """
     gguf_path, out = Path(gguf_path), Path(out_dir)
-    if (out / "config.json").exists() and (out / "model.safetensors").exists():
+    if model_written(out):
         return out
     if not gguf_path.is_file():
         raise FileNotFoundError(f"{gguf_path}: no such GGUF file")

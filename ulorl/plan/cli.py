@@ -124,7 +124,7 @@ def engine_mismatch(run_dir: str, cost: CostModel) -> str | None:
             f"{fix}")
 
 
-FIT_TOLERANCE = 0.1  # a fitted cost model that misses a measured step by more than this share is said to
+FIT_TOLERANCE = 0.1  # a fitted cost model that misses a measured step by more than this share gets a note
 
 
 def fit_note(rows, table: dict[int, float]) -> str | None:

@@ -38,7 +38,7 @@ from ulorl.durable import replace_path
 from ulorl.evaluation.reference import referenced_rows
 from ulorl.logging.base import json_text
 from ulorl.models import eos_token_ids, load_tokenizer
-from ulorl.models.loading import positions_short_of
+from ulorl.models.loading import model_written, positions_short_of
 from ulorl.models.lora import load_policy_model
 from ulorl.reward import RewardManager
 from ulorl.rollout.engines.base import Engine, SamplingParams
@@ -56,7 +56,7 @@ from ulorl.run.prefilter import FILE as PREFILTER_FILE
 from ulorl.run.prefilter import apply_prefilter
 from ulorl.run.samples_log import SampleLog
 from ulorl.run.sft import SFTStopped, run_sft
-from ulorl.run.sft_state import finished, model_written, settings_changes, sft_settings
+from ulorl.run.sft_state import finished, settings_changes, sft_settings
 
 
 def use_train_threads(cfg: RunConfig) -> None:

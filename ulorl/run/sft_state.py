@@ -27,6 +27,7 @@ from ulorl.config.loader import flatten, yaml_scalar
 from ulorl.config.train import CPU_NUMERICS
 from ulorl.durable import atomic_write_text, replacing
 from ulorl.errors import UlorlError
+from ulorl.models.loading import model_written
 from ulorl.rollout.engines.base import SamplingParams
 
 SETTINGS_FILE = "sft_settings.json"
@@ -84,11 +85,6 @@ def record_settings(folder: Path, settings: dict) -> None:
 
 def has_state(folder: Path) -> bool:
     return (Path(folder) / STATE_FILE).is_file()
-
-
-def model_written(folder: Path) -> bool:
-    """Whether `folder` holds a saved model (its config and weights)."""
-    return (Path(folder) / "config.json").is_file() and (Path(folder) / "model.safetensors").is_file()
 
 
 def finished(folder: Path) -> bool:
